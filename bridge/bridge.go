@@ -1,0 +1,139 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/sotercare/jetbridge/config"
+)
+
+// Outcomes of a settled message, as in the bridge_messages_total metric.
+const (
+	OutcomeDelivered           = "delivered"
+	OutcomeRedeliveryScheduled = "redelivery_scheduled"
+	OutcomeDeadLettered        = "dead_lettered"
+	OutcomeDuplicateSkipped    = "duplicate_skipped"
+)
+
+// Settled describes one settled message. It carries identifiers only,
+// never payload bytes or header values other than the event id.
+type Settled struct {
+	Route       string
+	Destination string
+	Stream      string
+	Seq         uint64
+	Delivered   uint64 // JetStream delivery count
+	EventID     string
+	Outcome     string        // one of the Outcome* constants
+	Reason      string        // dead letters: one of the Reason* constants
+	Delay       time.Duration // redeliveries: the NakWithDelay delay
+	Tries       int           // HTTP requests sent for this delivery
+	Err         error         // *DeliveryError; nil when delivered
+}
+
+// Options are the optional parts of a Bridge.
+type Options struct {
+	// Logger receives structured logs; the zero value logs nothing.
+	Logger zerolog.Logger
+	// OnSettle, if set, is called once per settled message, after the
+	// settlement was sent to JetStream. It must not block.
+	OnSettle func(Settled)
+	// OnBreaker, if set, is called on every circuit breaker transition.
+	OnBreaker func(destination string, from, to BreakerState)
+}
+
+// Bridge delivers the messages of every configured route to its
+// destination. Create it with New, then call Run once.
+type Bridge struct {
+	cfg    *config.Config
+	js     jetstream.JetStream
+	opts   Options
+	log    zerolog.Logger
+	dests  map[string]*destination
+	routes []*route
+	faults faults // zero in production; see faults.go
+}
+
+// New builds a Bridge from a validated configuration. It does no I/O:
+// streams and consumers are provisioned by Run.
+func New(cfg *config.Config, js jetstream.JetStream, opts Options) (*Bridge, error) {
+	return newBridge(cfg, js, opts, faults{})
+}
+
+func newBridge(cfg *config.Config, js jetstream.JetStream, opts Options, f faults) (*Bridge, error) {
+	b := &Bridge{
+		faults: f,
+		cfg:    cfg,
+		js:     js,
+		opts:   opts,
+		log:    opts.Logger,
+		dests:  make(map[string]*destination, len(cfg.Destinations)),
+	}
+	for name, dc := range cfg.Destinations {
+		d, err := newDestination(dc, b.log, opts.OnBreaker, f)
+		if err != nil {
+			return nil, err
+		}
+		b.dests[name] = d
+	}
+	for _, rc := range cfg.Routes {
+		d, ok := b.dests[rc.Destination]
+		if !ok { // config.Validate rejects this; a hand-built Config may not
+			return nil, fmt.Errorf("bridge: route %s: unknown destination %q", rc.Name, rc.Destination)
+		}
+		b.routes = append(b.routes, newRoute(b, rc, d))
+	}
+	return b, nil
+}
+
+// Run provisions the streams and consumers, then delivers until ctx ends.
+// Then it stops pulling, lets in-flight attempts finish within the
+// configured shutdown_timeout, cuts off the rest (they are handed back to
+// JetStream for a prompt redelivery), settles every message it holds and
+// returns. It returns nil after a clean shutdown.
+func (b *Bridge) Run(ctx context.Context) error {
+	if err := b.Provision(ctx); err != nil {
+		return err
+	}
+	// Attempts run on their own context so that a signal stops the pulling
+	// at once but lets in-flight HTTP requests finish.
+	work, stopWork := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer stopWork(nil)
+
+	var loops, workers sync.WaitGroup
+	for _, r := range b.routes {
+		loops.Go(func() { r.pull(ctx, work, &workers) })
+	}
+	b.log.Info().Int("routes", len(b.routes)).Msg("bridge running")
+	loops.Wait()
+
+	drained := make(chan struct{})
+	go func() { workers.Wait(); close(drained) }()
+	grace := b.cfg.ShutdownTimeout.D()
+	b.log.Info().Dur("shutdown_timeout", grace).Msg("stopped pulling; draining in-flight attempts")
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-drained:
+	case <-t.C:
+		b.log.Warn().Msg("shutdown timeout: interrupting the remaining attempts")
+		stopWork(errShutdownTimeout)
+		<-drained
+	}
+	b.log.Info().Msg("bridge stopped")
+	return nil
+}
+
+var errShutdownTimeout = errors.New("shutdown timeout")
+
+func (b *Bridge) settled(s Settled) {
+	if b.opts.OnSettle != nil {
+		b.opts.OnSettle(s)
+	}
+}

@@ -1,0 +1,311 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/sotercare/jetbridge/config"
+)
+
+// fetchWait is how long one pull request stays open on the server. A
+// stopping route cancels its open pull at once (the server drops it, and
+// the messages it did not deliver stay pending).
+const fetchWait = 5 * time.Second
+
+// settleTimeout bounds the JetStream calls that settle a message.
+const settleTimeout = 5 * time.Second
+
+// ErrDeliveriesExhausted is the failure of a message that arrives with its
+// delivery budget already spent: its previous delivery was the last one
+// allowed but was never settled (the bridge died, or ack_wait expired).
+var ErrDeliveriesExhausted = errors.New("delivery limit reached by an unsettled delivery")
+
+// route is one durable consumer feeding one destination.
+type route struct {
+	b        *Bridge
+	cfg      *config.Route
+	dest     *destination
+	policy   SettlePolicy
+	cons     jetstream.Consumer // set by Provision
+	log      zerolog.Logger
+	slots    chan struct{} // one token per message in flight
+	held     atomic.Int32  // messages waiting for the breaker
+	inFlight atomic.Int64
+}
+
+func newRoute(b *Bridge, rc *config.Route, d *destination) *route {
+	backoff := make([]time.Duration, len(rc.Backoff))
+	for i, d := range rc.Backoff {
+		backoff[i] = d.D()
+	}
+	return &route{
+		b:    b,
+		cfg:  rc,
+		dest: d,
+		policy: SettlePolicy{
+			MaxDeliver:        rc.MaxDeliver,
+			Backoff:           backoff,
+			RedeliverStatuses: rc.RedeliverStatuses,
+			MaxRetryAfter:     rc.MaxRetryAfter.D(),
+		},
+		log:   b.log.With().Str("route", rc.Name).Str("destination", d.name).Logger(),
+		slots: make(chan struct{}, rc.MaxInFlight),
+	}
+}
+
+// pull fetches exactly as many messages as the route has free slots, and
+// none while the destination's breaker is open, so nothing is ever pulled
+// that cannot be processed at once (no prefetch to strand, no delivery
+// burned by an open breaker). It returns when ctx ends; the messages it
+// started are processed on work, and tracked by workers.
+func (r *route) pull(ctx, work context.Context, workers *sync.WaitGroup) {
+	failures := 0
+	for ctx.Err() == nil {
+		if err := r.dest.waitUsable(ctx); err != nil {
+			return
+		}
+		n := r.acquire(ctx)
+		if n == 0 {
+			return
+		}
+		if r.dest.state() != BreakerClosed {
+			// Probing: one message at a time, and none while a held
+			// message can serve as the probe.
+			if r.held.Load() > 0 {
+				r.release(n)
+				sleep(ctx, halfOpenPoll)
+				continue
+			}
+			r.release(n - 1)
+			n = 1
+		}
+		fctx, cancel := context.WithTimeout(ctx, fetchWait)
+		batch, err := r.cons.Fetch(n, jetstream.FetchContext(fctx))
+		if err != nil {
+			cancel()
+			r.release(n)
+			failures++
+			r.log.Warn().Int("failures", failures).Str("error", err.Error()).Msg("fetch failed")
+			sleep(ctx, retryPause(failures))
+			continue
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			if ctx.Err() != nil {
+				// The signal came while this pull was open: hand the message
+				// back untouched rather than start new work.
+				_ = m.NakWithDelay(interruptedDelay)
+				r.release(1)
+				continue
+			}
+			workers.Go(func() {
+				defer r.release(1)
+				r.handle(work, m)
+			})
+		}
+		cancel()
+		r.release(n - got)
+		if err := batch.Error(); err != nil && ctx.Err() == nil &&
+			!errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
+			failures++
+			r.log.Warn().Int("failures", failures).Str("error", err.Error()).Msg("pull ended with an error")
+			sleep(ctx, retryPause(failures))
+			continue
+		}
+		failures = 0
+	}
+}
+
+// acquire blocks for one free slot, then takes every other free slot.
+// It returns 0 when ctx ends first.
+func (r *route) acquire(ctx context.Context) int {
+	select {
+	case r.slots <- struct{}{}:
+	case <-ctx.Done():
+		return 0
+	}
+	n := 1
+	for n < cap(r.slots) {
+		select {
+		case r.slots <- struct{}{}:
+			n++
+		default:
+			return n
+		}
+	}
+	return n
+}
+
+func (r *route) release(n int) {
+	for range n {
+		<-r.slots
+	}
+}
+
+// handle processes one message from receipt to settlement.
+func (r *route) handle(ctx context.Context, m jetstream.Msg) {
+	r.inFlight.Add(1)
+	defer r.inFlight.Add(-1)
+
+	ev, err := parseEvent(m)
+	if ev == nil {
+		// Not a JetStream message: cannot happen on a pull consumer.
+		r.log.Error().Str("error", err.Error()).Msg("message without JetStream metadata")
+		_ = m.NakWithDelay(r.policy.backoff(1))
+		return
+	}
+	log := r.log.With().Uint64("stream_seq", ev.Seq).Uint64("delivered", ev.Delivered).Logger()
+	stop := r.progress(m)
+	defer stop()
+
+	tries := 0
+	failure := err
+	if failure == nil && ev.Delivered > uint64(r.policy.MaxDeliver) {
+		failure = ErrDeliveriesExhausted
+	}
+	if failure == nil {
+		var p *payload
+		if p, failure = buildPayload(ev, r.dest); failure == nil {
+			tries, failure = r.deliver(ctx, p, log)
+		}
+	}
+	if failure != nil {
+		failure = &DeliveryError{
+			Route: r.cfg.Name, Destination: r.dest.name, Stream: ev.Stream,
+			Seq: ev.Seq, Delivered: ev.Delivered, Tries: tries, Err: failure,
+		}
+	}
+	r.settle(m, ev, failure, tries, log)
+}
+
+// deliver runs attempts until one is not refused by the open breaker. A
+// message held here keeps its delivery (progress acks run meanwhile), so an
+// outage alone never spends the delivery budget.
+func (r *route) deliver(ctx context.Context, p *payload, log zerolog.Logger) (int, error) {
+	total := 0
+	for {
+		tries, err := r.dest.attempt(ctx, p)
+		total += tries
+		var open *CircuitOpenError
+		if !errors.As(err, &open) {
+			return total, err
+		}
+		if r.b.faults.noHold {
+			return total, &TransportError{Destination: r.dest.name, Kind: "circuit open"}
+		}
+		log.Debug().Msg("held: circuit breaker open")
+		r.held.Add(1)
+		werr := r.dest.waitUsable(ctx)
+		r.held.Add(-1)
+		if werr != nil {
+			return total, fmt.Errorf("%w: %w", ErrInterrupted, err)
+		}
+	}
+}
+
+// settle applies the decision for the message, then reports it.
+func (r *route) settle(m jetstream.Msg, ev *event, failure error, tries int, log zerolog.Logger) {
+	policy := r.policy
+	if r.b.faults.maxDeliverOffByOne {
+		policy.MaxDeliver++
+	}
+	s := Decide(failure, ev.Delivered, policy)
+	out := Settled{
+		Route: r.cfg.Name, Destination: r.dest.name, Stream: ev.Stream, Seq: ev.Seq,
+		Delivered: ev.Delivered, EventID: ev.ID, Tries: tries, Err: failure,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	defer cancel()
+	var err error
+	switch s.Action {
+	case Ack:
+		out.Outcome = OutcomeDelivered
+		var dup *DuplicateEventError
+		if errors.As(failure, &dup) {
+			out.Outcome = OutcomeDuplicateSkipped
+		}
+		err = m.DoubleAck(ctx)
+		log.Debug().Int("tries", tries).Str("outcome", out.Outcome).Msg("settled")
+	case DeadLetter:
+		out.Outcome, out.Reason = OutcomeDeadLettered, s.Reason
+		if derr := r.deadLetter(ctx, m, ev, s.Reason, failure); derr != nil && !r.b.faults.termWithoutDeadLetter {
+			// Never terminate without a stored dead letter: try again later.
+			out.Outcome, out.Reason = OutcomeRedeliveryScheduled, ""
+			out.Delay = r.policy.backoff(ev.Delivered)
+			log.Error().Str("reason", s.Reason).Str("error", derr.Error()).Dur("delay", out.Delay).
+				Msg("dead letter not stored; message left for redelivery")
+			err = m.NakWithDelay(out.Delay)
+			break
+		}
+		err = m.TermWithReason("jetbridge: " + s.Reason)
+		log.Warn().Str("reason", s.Reason).Str("failure", FailureKind(failure)).Int("tries", tries).
+			Int("status", statusOf(failure)).Msg("dead-lettered")
+	default: // Redeliver; Hold never reaches here (deliver resolves it)
+		out.Outcome, out.Delay = OutcomeRedeliveryScheduled, max(s.Delay, time.Millisecond)
+		err = m.NakWithDelay(out.Delay)
+		log.Info().Str("failure", FailureKind(failure)).Int("status", statusOf(failure)).Int("tries", tries).
+			Dur("delay", out.Delay).Msg("redelivery scheduled")
+	}
+	if err != nil {
+		// The broker redelivers after ack_wait; with idempotency the second
+		// delivery is recognised.
+		log.Warn().Str("outcome", out.Outcome).Str("error", err.Error()).Msg("settlement not confirmed by JetStream")
+	}
+	r.b.settled(out)
+}
+
+// progress sends InProgress every third of ack_wait until stopped, so a long
+// attempt (or a message held by an open breaker) is never redelivered to
+// another replica meanwhile.
+func (r *route) progress(m jetstream.Msg) (stop func()) {
+	if r.b.faults.noProgress {
+		return func() {}
+	}
+	every := r.cfg.AckWait.D() / 3
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				_ = m.InProgress()
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
+}
+
+func statusOf(err error) int {
+	var de *DownstreamError
+	if errors.As(err, &de) {
+		return de.Status
+	}
+	return 0
+}
+
+// retryPause backs off repeated pull failures: 100 ms doubling to 5 s.
+func retryPause(failures int) time.Duration {
+	return min(100*time.Millisecond<<min(failures-1, 6), 5*time.Second)
+}
+
+// sleep waits for d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

@@ -1,0 +1,171 @@
+package bridge
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+)
+
+var testPolicy = SettlePolicy{
+	MaxDeliver:        3,
+	Backoff:           []time.Duration{time.Second, 5 * time.Second},
+	RedeliverStatuses: []int{408, 425, 429, 500, 502, 503, 504},
+	MaxRetryAfter:     time.Minute,
+}
+
+type decideFunc func(err error, delivered uint64, p SettlePolicy) Settlement
+
+// decisionMismatches runs the settlement table of CONTRACT 4.2 against
+// decide and returns every row it gets wrong.
+func decisionMismatches(decide decideFunc) []string {
+	type row struct {
+		name      string
+		err       error
+		delivered uint64
+		want      Settlement
+	}
+	wrap := func(err error) error {
+		return fmt.Errorf("outer: %w", &DeliveryError{Route: "r", Destination: "d", Err: err})
+	}
+	rows := []row{
+		{"2xx", nil, 1, Settlement{Action: Ack}},
+		{"duplicate", wrap(&DuplicateEventError{EventID: "e"}), 1, Settlement{Action: Ack}},
+		{"transport first", wrap(&TransportError{Kind: "timeout"}), 1, Settlement{Action: Redeliver, Delay: time.Second}},
+		{"transport second", wrap(&TransportError{Kind: "timeout"}), 2, Settlement{Action: Redeliver, Delay: 5 * time.Second}},
+		{"transport last", wrap(&TransportError{Kind: "timeout"}), 3, Settlement{Action: DeadLetter, Reason: ReasonMaxDeliveries}},
+		{"circuit open", wrap(&CircuitOpenError{}), 3, Settlement{Action: Hold}},
+		{"failed probe", wrap(&CircuitOpenError{Err: &DownstreamError{Status: 400}}), 1, Settlement{Action: Hold}},
+		{"invalid", wrap(&InvalidEventError{Reason: "x"}), 1, Settlement{Action: DeadLetter, Reason: ReasonInvalidEvent}},
+		{"exhausted", wrap(ErrDeliveriesExhausted), 4, Settlement{Action: DeadLetter, Reason: ReasonMaxDeliveries}},
+		{"interrupted", wrap(ErrInterrupted), 3, Settlement{Action: Redeliver, Delay: interruptedDelay}},
+		{"retry-after longer than backoff", wrap(&DownstreamError{Status: 503, RetryAfter: 30 * time.Second}), 1, Settlement{Action: Redeliver, Delay: 30 * time.Second}},
+		{"retry-after shorter than backoff", wrap(&DownstreamError{Status: 429, RetryAfter: time.Millisecond}), 2, Settlement{Action: Redeliver, Delay: 5 * time.Second}},
+		{"retry-after capped", wrap(&DownstreamError{Status: 503, RetryAfter: 24 * time.Hour}), 1, Settlement{Action: Redeliver, Delay: time.Minute}},
+		{"retry-after on the last delivery", wrap(&DownstreamError{Status: 503, RetryAfter: time.Second}), 3, Settlement{Action: DeadLetter, Reason: ReasonMaxDeliveries}},
+	}
+	// Every status code net/http knows, on first and last delivery.
+	for status := 100; status < 600; status++ {
+		if http.StatusText(status) == "" || status/100 == 2 {
+			continue
+		}
+		for _, delivered := range []uint64{1, 3} {
+			want := Settlement{Action: DeadLetter, Reason: ReasonRejected}
+			if slices.Contains(testPolicy.RedeliverStatuses, status) {
+				want = Settlement{Action: Redeliver, Delay: testPolicy.backoff(delivered)}
+				if delivered >= uint64(testPolicy.MaxDeliver) {
+					want = Settlement{Action: DeadLetter, Reason: ReasonMaxDeliveries}
+				}
+			}
+			rows = append(rows, row{fmt.Sprintf("status %d delivery %d", status, delivered),
+				wrap(&DownstreamError{Status: status}), delivered, want})
+		}
+	}
+	var bad []string
+	for _, r := range rows {
+		if got := decide(r.err, r.delivered, testPolicy); got != r.want {
+			bad = append(bad, fmt.Sprintf("%s: got %+v, want %+v", r.name, got, r.want))
+		}
+	}
+	return bad
+}
+
+func TestDecide(t *testing.T) {
+	for _, m := range decisionMismatches(Decide) {
+		t.Error(m)
+	}
+}
+
+// TestDecideNegativeControl shows the table catches the classic mistakes:
+// "any error means redeliver", ignoring Retry-After, and burning the
+// delivery budget on an open breaker.
+func TestDecideNegativeControl(t *testing.T) {
+	broken := map[string]decideFunc{
+		"any error redelivers": func(err error, delivered uint64, p SettlePolicy) Settlement {
+			if err == nil {
+				return Settlement{Action: Ack}
+			}
+			return Settlement{Action: Redeliver, Delay: p.backoff(delivered)}
+		},
+		"retry-after ignored": func(err error, delivered uint64, p SettlePolicy) Settlement {
+			var de *DownstreamError
+			if errors.As(err, &de) {
+				de2 := *de
+				de2.RetryAfter = 0
+				return Decide(&de2, delivered, p)
+			}
+			return Decide(err, delivered, p)
+		},
+		"open breaker counts": func(err error, delivered uint64, p SettlePolicy) Settlement {
+			var ce *CircuitOpenError
+			if errors.As(err, &ce) {
+				return Decide(&TransportError{}, delivered, p)
+			}
+			return Decide(err, delivered, p)
+		},
+		"4xx redelivered": func(err error, delivered uint64, p SettlePolicy) Settlement {
+			p.RedeliverStatuses = append(slices.Clone(p.RedeliverStatuses), 400, 404, 422)
+			return Decide(err, delivered, p)
+		},
+	}
+	for name, f := range broken {
+		if len(decisionMismatches(f)) == 0 {
+			t.Errorf("the settlement table does not catch the broken variant %q", name)
+		}
+	}
+}
+
+func TestErrorsMatchThroughWrapping(t *testing.T) {
+	inner := &DownstreamError{Destination: "d", Status: 503, RetryAfter: time.Second}
+	err := fmt.Errorf("context: %w", &DeliveryError{Route: "r", Destination: "d", Err: inner})
+	var de *DownstreamError
+	if !errors.As(err, &de) || de.Status != 503 || de.RetryAfter != time.Second {
+		t.Fatalf("errors.As DownstreamError failed: %v", err)
+	}
+	var parent *DeliveryError
+	if !errors.As(err, &parent) || parent.Route != "r" {
+		t.Fatalf("errors.As DeliveryError failed")
+	}
+	if got := FailureKind(err); got != FailureDownstream {
+		t.Errorf("FailureKind = %q", got)
+	}
+	probe := &DeliveryError{Err: &CircuitOpenError{Destination: "d", Err: &TransportError{Kind: "timeout"}}}
+	if got := FailureKind(probe); got != FailureCircuitOpen {
+		t.Errorf("FailureKind(failed probe) = %q", got)
+	}
+	var te *TransportError
+	if !errors.As(probe, &te) {
+		t.Error("the probe's transport failure is not reachable")
+	}
+	if FailureKind(&DeliveryError{Err: &InvalidEventError{}}) != FailureInvalid ||
+		FailureKind(&DeliveryError{Err: &TransportError{}}) != FailureTransport || FailureKind(nil) != "" {
+		t.Error("FailureKind mismatch")
+	}
+}
+
+func TestParseRetryAfter(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	in := func(d time.Duration) string { return now.Add(d).Format(http.TimeFormat) }
+	tests := []struct {
+		v, date string
+		want    time.Duration
+	}{
+		{"", "", 0},
+		{"1", "", time.Second},
+		{"120", "", 2 * time.Minute},
+		{"0", "", 0},
+		{"-5", "", 0},
+		{"soon", "", 0},
+		{in(3 * time.Second), "", 3 * time.Second},
+		{in(-time.Hour), "", 0},
+		// The destination's clock runs an hour ahead: measure against its Date.
+		{in(time.Hour + 2*time.Second), in(time.Hour), 2 * time.Second},
+	}
+	for _, tt := range tests {
+		if got := parseRetryAfter(tt.v, tt.date, now); got != tt.want {
+			t.Errorf("parseRetryAfter(%q, %q) = %v, want %v", tt.v, tt.date, got, tt.want)
+		}
+	}
+}

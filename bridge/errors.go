@@ -1,0 +1,130 @@
+package bridge
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Failure kinds, as written in the Bridge-Failure header of a dead letter
+// and used as the failure label of logs.
+const (
+	FailureTransport   = "transport"
+	FailureDownstream  = "downstream-status"
+	FailureCircuitOpen = "circuit-open"
+	FailureInvalid     = "invalid-event"
+)
+
+// ErrInterrupted is returned for an attempt cut off by shutdown. The message
+// is handed back to JetStream for a prompt redelivery.
+var ErrInterrupted = errors.New("bridge: attempt interrupted by shutdown")
+
+// DeliveryError is the parent of every delivery failure: it names the route,
+// destination and message, and wraps exactly one typed failure
+// (*TransportError, *DownstreamError, *CircuitOpenError, *InvalidEventError
+// or *DuplicateEventError), reachable with errors.As.
+type DeliveryError struct {
+	Route       string
+	Destination string
+	Stream      string
+	Seq         uint64 // stream sequence
+	Delivered   uint64 // JetStream delivery count, 1-based
+	Tries       int    // HTTP tries made in this attempt
+	Err         error
+}
+
+func (e *DeliveryError) Error() string {
+	return fmt.Sprintf("bridge: route %s, destination %s, %s seq %d, delivery %d: %v",
+		e.Route, e.Destination, e.Stream, e.Seq, e.Delivered, e.Err)
+}
+
+func (e *DeliveryError) Unwrap() error { return e.Err }
+
+// TransportError means no HTTP response was obtained: the connection was
+// refused, reset or closed, TLS failed, or the per-try timeout fired.
+// Its text never includes the destination URL.
+type TransportError struct {
+	Destination string
+	Kind        string // short class: "timeout", "connection refused", "connection reset", ...
+	Err         error  // underlying cause, stripped of the URL
+}
+
+func (e *TransportError) Error() string {
+	return "transport error to " + e.Destination + ": " + e.Kind
+}
+
+func (e *TransportError) Unwrap() error { return e.Err }
+
+// DownstreamError is an HTTP response that is not 2xx.
+type DownstreamError struct {
+	Destination string
+	Status      int
+	RetryAfter  time.Duration // 0 when absent or unparsable
+}
+
+func (e *DownstreamError) Error() string {
+	s := "destination " + e.Destination + " answered " + strconv.Itoa(e.Status)
+	if e.RetryAfter > 0 {
+		s += " (Retry-After " + e.RetryAfter.String() + ")"
+	}
+	return s
+}
+
+// CircuitOpenError means the destination's breaker refused the attempt or
+// its half-open probe failed. It never counts toward max_deliver.
+type CircuitOpenError struct {
+	Destination string
+	Remaining   time.Duration // until the breaker half-opens; 0 if unknown
+	Err         error         // the probe's failure, if a probe was sent
+}
+
+func (e *CircuitOpenError) Error() string {
+	if e.Err != nil {
+		return "circuit open for " + e.Destination + ": half-open probe failed: " + e.Err.Error()
+	}
+	return "circuit open for " + e.Destination
+}
+
+func (e *CircuitOpenError) Unwrap() error { return e.Err }
+
+// InvalidEventError means the message cannot be turned into a request:
+// a payload that is not JSON for the envelope format, or a header that
+// cannot be sent. Nothing is sent; the message is dead-lettered.
+type InvalidEventError struct {
+	Reason string // never includes payload bytes or header values
+}
+
+func (e *InvalidEventError) Error() string { return "invalid event: " + e.Reason }
+
+// DuplicateEventError means the event id was already delivered on this
+// route (routes with idempotency). The message is acked; nothing is sent.
+type DuplicateEventError struct {
+	EventID string
+}
+
+func (e *DuplicateEventError) Error() string { return "event already delivered" }
+
+// FailureKind classifies err into one of the Failure* constants, or "" when
+// err is nil or not a delivery failure.
+func FailureKind(err error) string {
+	var (
+		te *TransportError
+		de *DownstreamError
+		ce *CircuitOpenError
+		ie *InvalidEventError
+	)
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &ce):
+		return FailureCircuitOpen
+	case errors.As(err, &ie):
+		return FailureInvalid
+	case errors.As(err, &de):
+		return FailureDownstream
+	case errors.As(err, &te):
+		return FailureTransport
+	}
+	return ""
+}

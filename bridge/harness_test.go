@@ -1,0 +1,233 @@
+package bridge
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/sotercare/jetbridge/config"
+	"github.com/sotercare/jetbridge/internal/natstest"
+)
+
+// harness runs one Bridge against its own embedded JetStream server and
+// records every settlement and breaker transition.
+type harness struct {
+	t    testing.TB
+	srv  *natstest.Server
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	cfg  *config.Config
+	b    *Bridge
+	logs *syncBuffer
+
+	mu       sync.Mutex
+	settled  []Settled
+	breakers []string // "dest:from->to"
+
+	stop func()
+}
+
+// testConfig loads a YAML configuration (fmt-formatted with args) through
+// config.Load, so tests use the real defaults and validation.
+func testConfig(t testing.TB, yaml string, args ...any) *config.Config {
+	t.Helper()
+	cfg, err := config.Load([]byte(fmt.Sprintf(yaml, args...)), "test.yaml")
+	if err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	return cfg
+}
+
+// startBridge runs a bridge (with the given faults, zero for the real one)
+// on a fresh embedded server until the test ends.
+func startBridge(t testing.TB, cfg *config.Config, f faults) *harness {
+	t.Helper()
+	srv := natstest.Start(t)
+	return startBridgeOn(t, srv, cfg, f)
+}
+
+func startBridgeOn(t testing.TB, srv *natstest.Server, cfg *config.Config, f faults) *harness {
+	t.Helper()
+	nc, js := natstest.Connect(t, srv.URL())
+	h := &harness{t: t, srv: srv, nc: nc, js: js, cfg: cfg, logs: &syncBuffer{}}
+	b, err := newBridge(cfg, js, Options{
+		Logger: zerolog.New(h.logs).Level(zerolog.DebugLevel),
+		OnSettle: func(s Settled) {
+			h.mu.Lock()
+			h.settled = append(h.settled, s)
+			h.mu.Unlock()
+		},
+		OnBreaker: func(dest string, from, to BreakerState) {
+			h.mu.Lock()
+			h.breakers = append(h.breakers, dest+":"+from.String()+"->"+to.String())
+			h.mu.Unlock()
+		},
+	}, f)
+	if err != nil {
+		t.Fatalf("bridge: %v", err)
+	}
+	h.b = b
+	if err := b.Provision(context.Background()); err != nil {
+		t.Fatalf("provision: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	h.stop = sync.OnceFunc(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("Run did not return within 30s of cancel")
+		}
+	})
+	t.Cleanup(func() {
+		h.stop()
+		if t.Failed() {
+			t.Logf("bridge logs:\n%s", h.logs.String())
+		}
+	})
+	return h
+}
+
+// publish stores one event with the given headers (Nats-Msg-Id from id).
+func (h *harness) publish(subject, id string, data []byte, hdr map[string]string) uint64 {
+	h.t.Helper()
+	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
+	if id != "" {
+		msg.Header.Set(jetstream.MsgIDHeader, id)
+	}
+	for k, v := range hdr {
+		msg.Header[k] = []string{v}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ack, err := h.js.PublishMsg(ctx, msg)
+	if err != nil {
+		h.t.Fatalf("publish %s: %v", subject, err)
+	}
+	return ack.Sequence
+}
+
+// outcomes returns a copy of the settlements so far.
+func (h *harness) outcomes() []Settled {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]Settled(nil), h.settled...)
+}
+
+func (h *harness) transitions() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.breakers...)
+}
+
+// waitOutcomes waits until n settlements match keep (nil: all), or the
+// timeout passes, and returns the matching ones. It never fails the test:
+// negative controls use it too, and their checks decide.
+func (h *harness) waitOutcomes(n int, timeout time.Duration, keep func(Settled) bool) []Settled {
+	var got []Settled
+	waitUntil(timeout, func() bool {
+		got = got[:0]
+		for _, s := range h.outcomes() {
+			if keep == nil || keep(s) {
+				got = append(got, s)
+			}
+		}
+		return len(got) >= n
+	})
+	return got
+}
+
+func outcomeIs(o string) func(Settled) bool {
+	return func(s Settled) bool { return s.Outcome == o }
+}
+
+// waitUntil polls cond every 5 ms until it holds or timeout passes.
+func waitUntil(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		<-time.After(5 * time.Millisecond)
+	}
+}
+
+// deadLetters reads every message of the dead-letter stream.
+func (h *harness) deadLetters() []*jetstream.RawStreamMsg {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := h.js.Stream(ctx, h.cfg.DeadLetter.Stream)
+	if err != nil {
+		h.t.Fatalf("dead-letter stream: %v", err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		h.t.Fatalf("dead-letter stream info: %v", err)
+	}
+	var out []*jetstream.RawStreamMsg
+	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			continue // deleted
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// quiet waits until the route's consumer has nothing pending or unacked.
+func (h *harness) quiet(route string) {
+	h.t.Helper()
+	natstest.WaitQuiet(h.t, h.js, h.cfg.Stream.Name, route, 10*time.Second)
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func (b *syncBuffer) count(substr string) int {
+	return strings.Count(b.String(), substr)
+}
+
+// expectBroken runs a check against a deliberately broken bridge and fails
+// the test if the check passes: the test could not catch that break.
+func expectBroken(t *testing.T, name string, check func(t testing.TB) error) {
+	t.Helper()
+	t.Run("negative control: "+name, func(t *testing.T) {
+		if err := check(t); err == nil {
+			t.Fatalf("the check passed against a deliberately broken bridge (%s): it cannot catch that break", name)
+		} else {
+			t.Logf("caught, as it should: %v", err)
+		}
+	})
+}

@@ -1,0 +1,398 @@
+package bridge
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/failsafe-go/failsafe-go"
+	"github.com/failsafe-go/failsafe-go/circuitbreaker"
+	"github.com/failsafe-go/failsafe-go/retrypolicy"
+	"github.com/failsafe-go/failsafe-go/timeout"
+	"github.com/rs/zerolog"
+
+	"github.com/sotercare/jetbridge/config"
+)
+
+// maxResponseDrain bounds how much of a response body is read (and thrown
+// away) so that the connection can be reused. Bodies are never kept.
+const maxResponseDrain = 64 << 10
+
+// halfOpenPoll is how often a held message looks for a free half-open
+// permit while probes are running.
+const halfOpenPoll = 50 * time.Millisecond
+
+// response is what the pipeline keeps of an HTTP response.
+type response struct {
+	status     int
+	retryAfter time.Duration
+}
+
+// destination is one HTTP endpoint with its long-lived failsafe-go pipeline:
+//
+//	statusRetry(transportRetry(breaker(timeout(one HTTP try))))
+//
+// The timeout applies to each try. Every try passes the breaker, so every
+// try counts in it. The two retry policies handle disjoint failures (no HTTP
+// response; a listed status), so each keeps its own count across the
+// attempt, and both abort at once when the breaker is open.
+type destination struct {
+	name    string
+	url     string
+	format  string
+	headers map[string]string
+	secrets [][]byte
+	client  *http.Client
+	breaker circuitbreaker.CircuitBreaker[*response] // nil when disabled
+	exec    failsafe.Executor[*response]
+	changed atomic.Pointer[chan struct{}] // closed and replaced on every breaker transition
+	// breakerStatuses are the statuses the breaker counts as failures.
+	breakerStatuses []int
+	faults          faults
+	log             zerolog.Logger
+}
+
+// BreakerState is a destination's circuit state, as in the
+// bridge_circuit_state metric: 0 closed, 1 half-open, 2 open.
+type BreakerState int
+
+// Breaker states.
+const (
+	BreakerClosed BreakerState = iota
+	BreakerHalfOpen
+	BreakerOpen
+)
+
+func (s BreakerState) String() string {
+	switch s {
+	case BreakerHalfOpen:
+		return "half-open"
+	case BreakerOpen:
+		return "open"
+	}
+	return "closed"
+}
+
+func breakerState(s circuitbreaker.State) BreakerState {
+	switch s {
+	case circuitbreaker.OpenState:
+		return BreakerOpen
+	case circuitbreaker.HalfOpenState:
+		return BreakerHalfOpen
+	}
+	return BreakerClosed
+}
+
+func newDestination(cfg *config.Destination, log zerolog.Logger, onState func(dest string, from, to BreakerState), f faults) (*destination, error) {
+	d := &destination{
+		faults:  f,
+		name:    cfg.Name,
+		url:     cfg.URL.Value(),
+		format:  cfg.Format,
+		headers: make(map[string]string, len(cfg.Headers)),
+		log:     log.With().Str("destination", cfg.Name).Logger(),
+	}
+	ch := make(chan struct{})
+	d.changed.Store(&ch)
+	for k, v := range cfg.Headers {
+		d.headers[k] = v.Value()
+	}
+	if cfg.Signing != nil {
+		keys, err := cfg.Signing.Keys()
+		if err != nil {
+			return nil, fmt.Errorf("bridge: destination %s: %w", cfg.Name, err)
+		}
+		d.secrets = keys
+	}
+	tlsConf, err := clientTLS(cfg.TLS)
+	if err != nil {
+		return nil, fmt.Errorf("bridge: destination %s: %w", cfg.Name, err)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.Proxy = nil // destinations come from the config only
+	tr.TLSClientConfig = tlsConf
+	tr.MaxIdleConnsPerHost = 64
+	d.client = &http.Client{
+		Transport: tr,
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse // a 3xx is an answer, never followed
+		},
+	}
+
+	var policies []failsafe.Policy[*response]
+	if sr := cfg.StatusRetry; sr != nil && sr.Count > 0 {
+		maxWait := sr.MaxInterval.D()
+		policies = append(policies, retrypolicy.NewBuilder[*response]().
+			HandleIf(func(r *response, err error) bool {
+				return err == nil && r != nil &&
+					(slices.Contains(sr.Codes, r.status) || f.statusRetryAnyCode && r.status >= 500)
+			}).
+			// A Retry-After longer than we would sleep here is left to the
+			// broker: the settlement honours it with NakWithDelay.
+			AbortIf(func(r *response, err error) bool {
+				return err == nil && r != nil && r.retryAfter > maxWait
+			}).
+			AbortOnErrors(circuitbreaker.ErrOpen, context.Canceled).
+			WithMaxRetries(sr.Count).
+			WithMaxDuration(sr.MaxElapsed.D()).
+			WithBackoffFactor(sr.Interval.D(), sr.MaxInterval.D(), sr.BackoffFactor).
+			WithDelayFunc(func(exec failsafe.ExecutionAttempt[*response]) time.Duration {
+				if r := exec.LastResult(); r != nil && r.retryAfter > 0 {
+					return r.retryAfter
+				}
+				return -1 // the backoff
+			}).
+			ReturnLastFailure().
+			Build())
+	}
+	if tr := cfg.TransportRetry; tr.Count > 0 {
+		policies = append(policies, retrypolicy.NewBuilder[*response]().
+			HandleIf(func(r *response, err error) bool {
+				if f.transportRetryOnlyOn5xx {
+					return err == nil && r != nil && r.status >= 500
+				}
+				return isTransport(err) || f.transportRetryStatuses && err == nil && r != nil && r.status >= 500
+			}).
+			AbortOnErrors(circuitbreaker.ErrOpen, context.Canceled).
+			WithMaxRetries(tr.Count).
+			WithBackoffFactor(tr.Interval.D(), tr.MaxInterval.D(), tr.BackoffFactor).
+			ReturnLastFailure().
+			Build())
+	}
+	if cb := cfg.CircuitBreaker; cb.Enabled {
+		d.breakerStatuses = cb.Statuses
+		d.breaker = circuitbreaker.NewBuilder[*response]().
+			HandleIf(func(r *response, err error) bool {
+				if err != nil {
+					return !errors.Is(err, context.Canceled) // shutdown is nobody's failure
+				}
+				return r != nil && slices.Contains(cb.Statuses, r.status) && !f.breakerIgnoresStatuses
+			}).
+			WithFailureRateThreshold(cb.FailureRate, uint(cb.MinRequests), cb.Window.D()).
+			WithDelay(cb.Delay.D()).
+			WithSuccessThreshold(uint(cb.SuccessThreshold)).
+			OnStateChanged(func(e circuitbreaker.StateChangedEvent) {
+				from, to := breakerState(e.OldState), breakerState(e.NewState)
+				d.log.Warn().Str("from", from.String()).Str("to", to.String()).Msg("circuit breaker state changed")
+				next := make(chan struct{})
+				close(*d.changed.Swap(&next))
+				if onState != nil {
+					onState(d.name, from, to)
+				}
+			}).
+			Build()
+		policies = append(policies, d.breaker)
+	}
+	policies = append(policies, timeout.New[*response](cfg.Timeout.D()))
+	d.exec = failsafe.With(policies...)
+	return d, nil
+}
+
+// isTransport reports whether err means no HTTP response was obtained.
+func isTransport(err error) bool {
+	var te *TransportError
+	return errors.As(err, &te) || errors.Is(err, timeout.ErrExceeded)
+}
+
+// state is the breaker's current state (closed when disabled).
+func (d *destination) state() BreakerState {
+	if d.breaker == nil {
+		return BreakerClosed
+	}
+	return breakerState(d.breaker.State())
+}
+
+// attempt makes one JetStream delivery's worth of HTTP tries: the first try
+// plus the in-process retries. It returns the number of HTTP requests sent
+// and nil for a 2xx, or the typed failure.
+func (d *destination) attempt(ctx context.Context, p *payload) (tries int, err error) {
+	probeFailed := false
+	res, err := d.exec.WithContext(ctx).GetWithExecution(func(exec failsafe.Execution[*response]) (*response, error) {
+		probe := d.breaker != nil && d.breaker.IsHalfOpen()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		tries++
+		r, err := d.try(exec.Context(), p)
+		if ctx.Err() != nil { // shutdown, not a failure of the destination
+			return nil, ctx.Err()
+		}
+		probeFailed = probe && (err != nil || exec.Context().Err() != nil || d.breakerCounts(r))
+		return r, err
+	})
+	switch {
+	case ctx.Err() != nil:
+		return tries, fmt.Errorf("%w: %w", ErrInterrupted, context.Cause(ctx))
+	case errors.Is(err, circuitbreaker.ErrOpen):
+		return tries, &CircuitOpenError{Destination: d.name, Remaining: d.breaker.RemainingDelay()}
+	}
+	failure := d.classify(res, err)
+	if failure != nil && probeFailed {
+		return tries, &CircuitOpenError{Destination: d.name, Err: failure}
+	}
+	return tries, failure
+}
+
+// breakerCounts reports whether the breaker counts r as a failure.
+func (d *destination) breakerCounts(r *response) bool {
+	return r != nil && slices.Contains(d.breakerStatuses, r.status)
+}
+
+func (d *destination) classify(res *response, err error) error {
+	switch {
+	case errors.Is(err, timeout.ErrExceeded):
+		return &TransportError{Destination: d.name, Kind: "timeout", Err: err}
+	case err != nil:
+		return err
+	case res == nil:
+		return &TransportError{Destination: d.name, Kind: "no response"}
+	case res.status >= 200 && res.status < 300:
+		return nil
+	}
+	return &DownstreamError{Destination: d.name, Status: res.status, RetryAfter: res.retryAfter}
+}
+
+// try sends one HTTP request and reads at most maxResponseDrain bytes of
+// the response body, which it discards.
+func (d *destination) try(ctx context.Context, p *payload) (*response, error) {
+	req, err := p.request(ctx, d, time.Now())
+	if err != nil {
+		return nil, &TransportError{Destination: d.name, Kind: "request cannot be built"}
+	}
+	resp, err := d.client.Do(req)
+	if err != nil {
+		return nil, transportError(d.name, err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponseDrain))
+	r := &response{status: resp.StatusCode}
+	if !d.faults.retryAfterIgnored {
+		r.retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), resp.Header.Get("Date"), time.Now())
+	}
+	return r, nil
+}
+
+// transportError classifies a client error into a short kind. The *url.Error
+// wrapper (whose text carries the URL and its query) is dropped.
+func transportError(dest string, err error) *TransportError {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	kind := "connection failed"
+	var (
+		dnsErr  *net.DNSError
+		certErr *tls.CertificateVerificationError
+		uaErr   x509.UnknownAuthorityError
+		hostErr x509.HostnameError
+		recErr  tls.RecordHeaderError
+	)
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled), os.IsTimeout(err):
+		kind = "timeout"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		kind = "connection refused"
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		kind = "connection reset"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		kind = "connection closed without a response"
+	case errors.As(err, &dnsErr):
+		kind = "name resolution failed"
+	case errors.As(err, &certErr), errors.As(err, &uaErr), errors.As(err, &hostErr), errors.As(err, &recErr):
+		kind = "tls handshake failed"
+	}
+	return &TransportError{Destination: dest, Kind: kind, Err: err}
+}
+
+// parseRetryAfter reads Retry-After as delay-seconds or an HTTP-date. A
+// date is measured against the response's Date header when present, so a
+// skewed destination clock does not distort it. Invalid or past values
+// give 0.
+func parseRetryAfter(v, date string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs <= 0 {
+			return 0
+		}
+		return time.Duration(min(secs, int64(365*24*3600))) * time.Second
+	}
+	at, err := http.ParseTime(v)
+	if err != nil {
+		return 0
+	}
+	if ref, err := http.ParseTime(date); err == nil {
+		now = ref
+	}
+	return max(at.Sub(now), 0)
+}
+
+// waitUsable blocks while the breaker refuses every request: until its
+// open delay has run out (the next request becomes a half-open probe), a
+// transition, a half-open poll tick, or the end of ctx.
+func (d *destination) waitUsable(ctx context.Context) error {
+	for d.breaker != nil {
+		changed := *d.changed.Load()
+		var wait time.Duration
+		switch d.state() {
+		case BreakerClosed:
+			return nil
+		case BreakerOpen:
+			if wait = d.breaker.RemainingDelay(); wait <= 0 {
+				return nil
+			}
+		case BreakerHalfOpen:
+			wait = halfOpenPoll
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-changed:
+			t.Stop()
+		case <-t.C:
+			if d.state() == BreakerHalfOpen {
+				return nil // a permit may be free
+			}
+		}
+	}
+	return nil
+}
+
+// clientTLS builds the TLS configuration of a destination.
+func clientTLS(c config.TLS) (*tls.Config, error) {
+	conf := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: c.InsecureSkipVerify} //nolint:gosec // explicit opt-in
+	if c.CAFile != "" {
+		pem, err := os.ReadFile(c.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls ca_file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("tls ca_file %s: no certificate found", c.CAFile)
+		}
+		conf.RootCAs = pool
+	}
+	if c.CertFile != "" || c.KeyFile != "" {
+		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls cert_file/key_file: %w", err)
+		}
+		conf.Certificates = []tls.Certificate{cert}
+	}
+	return conf, nil
+}

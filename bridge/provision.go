@@ -1,0 +1,111 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sotercare/jetbridge/config"
+)
+
+// provisionTimeout bounds each JetStream API call made while provisioning.
+const provisionTimeout = 10 * time.Second
+
+// Provision creates or updates the source stream (unless stream.create is
+// false, in which case it must exist and is never changed), the dead-letter
+// stream and one durable pull consumer per route. Every call is idempotent,
+// so several bridges may provision at the same moment.
+func (b *Bridge) Provision(ctx context.Context) error {
+	sc := b.cfg.Stream
+	if sc.Create {
+		if err := apiCall(ctx, func(ctx context.Context) error {
+			_, err := b.js.CreateOrUpdateStream(ctx, sourceStreamConfig(sc))
+			return err
+		}); err != nil {
+			return fmt.Errorf("bridge: stream %s: %w", sc.Name, err)
+		}
+	} else if err := apiCall(ctx, func(ctx context.Context) error {
+		_, err := b.js.Stream(ctx, sc.Name)
+		return err
+	}); err != nil {
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("bridge: stream %s does not exist and stream.create is false", sc.Name)
+		}
+		return fmt.Errorf("bridge: stream %s: %w", sc.Name, err)
+	}
+	if err := apiCall(ctx, func(ctx context.Context) error {
+		_, err := b.js.CreateOrUpdateStream(ctx, deadLetterStreamConfig(b.cfg.DeadLetter))
+		return err
+	}); err != nil {
+		return fmt.Errorf("bridge: dead-letter stream %s: %w", b.cfg.DeadLetter.Stream, err)
+	}
+	for _, r := range b.routes {
+		var cons jetstream.Consumer
+		if err := apiCall(ctx, func(ctx context.Context) error {
+			var err error
+			cons, err = b.js.CreateOrUpdateConsumer(ctx, sc.Name, consumerConfig(r.cfg))
+			return err
+		}); err != nil {
+			return fmt.Errorf("bridge: route %s: consumer: %w", r.cfg.Name, err)
+		}
+		r.cons = cons
+	}
+	return nil
+}
+
+func apiCall(ctx context.Context, f func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, provisionTimeout)
+	defer cancel()
+	return f(ctx)
+}
+
+func sourceStreamConfig(sc config.Stream) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:       sc.Name,
+		Subjects:   sc.Subjects,
+		Storage:    jetstream.FileStorage,
+		Retention:  jetstream.LimitsPolicy,
+		Duplicates: sc.DuplicateWindow.D(),
+		MaxAge:     sc.MaxAge.D(),
+		Replicas:   sc.Replicas,
+	}
+}
+
+func deadLetterStreamConfig(dc config.DeadLetter) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        dc.Stream,
+		Description: "jetbridge dead letters",
+		Subjects:    []string{dc.SubjectPrefix + ".>"},
+		Storage:     jetstream.FileStorage,
+		Retention:   jetstream.LimitsPolicy,
+		MaxAge:      dc.MaxAge.D(),
+		// Dead letters carry Nats-Msg-Id dlq:<route>:<stream>:<seq>, so a
+		// dead-lettering retried within this window stores one copy.
+		Duplicates: min(2*time.Minute, dc.MaxAge.D()),
+		Replicas:   dc.Replicas,
+	}
+}
+
+// consumerConfig is deterministic in the route's configuration: replicas
+// with the same configuration write the same consumer.
+func consumerConfig(rc *config.Route) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:        rc.Name,
+		Description:    "jetbridge route " + rc.Name,
+		FilterSubjects: rc.Subjects,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        rc.AckWait.D(),
+		// One above the bridge's own limit: a crash during the final
+		// attempt still yields one more delivery, which the bridge
+		// dead-letters. No BackOff: redelivery delays come from
+		// NakWithDelay alone (the two together inflate delays).
+		MaxDeliver: rc.MaxDeliver + 1,
+		// Nak-delayed messages hold ack-pending slots; leave room for them
+		// beyond what replicas have in flight.
+		MaxAckPending: max(1000, 4*rc.MaxInFlight),
+	}
+}

@@ -1,0 +1,154 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/sotercare/jetbridge/subjects"
+)
+
+// ErrNoStream means no JetStream stream captures the subject: the event
+// was not stored.
+var ErrNoStream = errors.New("no stream captures the subject")
+
+// Event is what a producer publishes.
+type Event struct {
+	// ID is the event id, sent as Nats-Msg-Id and Event-Id; empty means a
+	// new unique id. Publishing the same ID again inside the stream's
+	// duplicate window stores nothing.
+	ID string
+	// Type is the event type, e.g. "order.created". Without Subject, the
+	// subject is <root>.<severity>.<type>.
+	Type string
+	// Severity defaults to INFO.
+	Severity subjects.Severity
+	// Subject, when set, is used as is; Type then defaults to the type the
+	// subject scheme derives from it.
+	Subject string
+	// Payload is the message data, JSON for the envelope format.
+	Payload []byte
+	// Metadata entries are sent as Event-Meta-<key> headers.
+	Metadata map[string]string
+	// ContentType defaults to application/json.
+	ContentType string
+}
+
+// PublishResult is JetStream's answer for one event.
+type PublishResult struct {
+	ID        string
+	Subject   string
+	Stream    string
+	Seq       uint64
+	Duplicate bool // refused as a duplicate: Seq is the stored original's
+}
+
+// Publisher publishes events under the subject scheme and waits for each
+// PubAck. It is safe for concurrent use.
+type Publisher struct {
+	js   jetstream.JetStream
+	root string
+}
+
+// NewPublisher returns a Publisher naming subjects under root ("events"
+// when empty).
+func NewPublisher(js jetstream.JetStream, root string) *Publisher {
+	if root == "" {
+		root = "events"
+	}
+	return &Publisher{js: js, root: root}
+}
+
+// Message renders ev as the NATS message Publish sends, with its headers
+// (CONTRACT 3). It validates the subject, id and metadata.
+func (p *Publisher) Message(ev Event) (*nats.Msg, error) {
+	sev := ev.Severity
+	if sev == "" {
+		sev = subjects.Info
+	}
+	sev, err := subjects.ParseSeverity(string(sev))
+	if err != nil {
+		return nil, err
+	}
+	subject := ev.Subject
+	if subject == "" {
+		if ev.Type == "" {
+			return nil, errors.New("bridge: an event needs a type or a subject")
+		}
+		if subject, err = subjects.Name(p.root, sev, ev.Type); err != nil {
+			return nil, err
+		}
+	} else if err := subjects.ValidateSubject(subject); err != nil {
+		return nil, err
+	}
+	typ := ev.Type
+	if typ == "" {
+		typ, _ = subjects.Describe(subject)
+	}
+	id := ev.ID
+	if id == "" {
+		id = nuid.Next()
+	}
+	ct := ev.ContentType
+	if ct == "" {
+		ct = "application/json"
+	}
+	for name, v := range map[string]string{"id": id, "type": typ, "content type": ct} {
+		if !validHeaderValue(v) {
+			return nil, fmt.Errorf("bridge: event %s contains a control character", name)
+		}
+	}
+	h := nats.Header{}
+	h.Set(jetstream.MsgIDHeader, id)
+	h.Set(HeaderEventID, id)
+	h.Set(HeaderEventType, typ)
+	h.Set(HeaderEventSeverity, string(sev))
+	h.Set(HeaderContentType, ct)
+	for k, v := range ev.Metadata {
+		if !validMetaKey(k) {
+			return nil, fmt.Errorf("bridge: metadata key %q is not a valid header name", k)
+		}
+		if !validHeaderValue(v) {
+			return nil, fmt.Errorf("bridge: metadata %q has a control character in its value", k)
+		}
+		h[HeaderMetaPrefix+k] = []string{v} // keys as published: no canonicalisation
+	}
+	return &nats.Msg{Subject: subject, Header: h, Data: ev.Payload}, nil
+}
+
+// Publish stores ev and returns JetStream's acknowledgement. A duplicate
+// inside the duplicate window is not an error: Duplicate is set.
+func (p *Publisher) Publish(ctx context.Context, ev Event) (PublishResult, error) {
+	msg, err := p.Message(ev)
+	if err != nil {
+		return PublishResult{}, err
+	}
+	id := msg.Header.Get(HeaderEventID)
+	ack, err := p.js.PublishMsg(ctx, msg)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+			return PublishResult{}, fmt.Errorf("bridge: publish %s: %w", msg.Subject, ErrNoStream)
+		}
+		return PublishResult{}, fmt.Errorf("bridge: publish %s: %w", msg.Subject, err)
+	}
+	return PublishResult{ID: id, Subject: msg.Subject, Stream: ack.Stream, Seq: ack.Sequence, Duplicate: ack.Duplicate}, nil
+}
+
+// validMetaKey accepts an HTTP token (RFC 9110): what a header name may be.
+func validMetaKey(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,115 @@
+// Command bridge runs jetbridge: it delivers events from NATS JetStream to
+// HTTP destinations, and offers the commands to check its configuration.
+//
+// Exit codes: 0 success, 1 runtime failure, 2 bad usage or invalid
+// configuration.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+const usage = `usage: bridge [command] [flags]
+
+commands:
+  run      run the bridge until SIGINT/SIGTERM (the default)
+  check    validate the configuration and print the routing table
+  version  print version information
+
+Every command takes --config FILE (default $BRIDGE_CONFIG).
+Run "bridge COMMAND --help" for the flags of one command.
+`
+
+// exitError carries an exit code; its message has already been printed
+// when msg is empty.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+func usageErr(format string, args ...any) error {
+	return &exitError{code: 2, msg: fmt.Sprintf(format, args...)}
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run dispatches a command line and returns the exit code.
+func run(args []string, stdout, stderr io.Writer) int {
+	cmd := "run"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	}
+	var err error
+	switch cmd {
+	case "run":
+		err = cmdRun(args, stdout, stderr)
+	case "check":
+		err = cmdCheck(args, stdout, stderr)
+	case "version":
+		err = cmdVersion(args, stdout)
+	case "help":
+		fmt.Fprint(stdout, usage)
+	default:
+		fmt.Fprintf(stderr, "bridge: unknown command %q\n\n%s", cmd, usage)
+		return 2
+	}
+	if err == nil {
+		return 0
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.msg != "" {
+			fmt.Fprintln(stderr, "bridge: "+ee.msg)
+		}
+		return ee.code
+	}
+	fmt.Fprintln(stderr, "bridge: "+err.Error())
+	return 1
+}
+
+// parseFlags parses flags that may come before or after positional
+// arguments, and returns the positional ones.
+func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, &exitError{code: 2} // flag already printed the error and usage
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		if args[0] == "--" {
+			return append(pos, args[1:]...), nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+// newFlagSet returns a FlagSet that prints its errors to stderr.
+func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("bridge "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+// configFlag registers --config with its $BRIDGE_CONFIG default.
+func configFlag(fs *flag.FlagSet) *string {
+	return fs.String("config", os.Getenv("BRIDGE_CONFIG"), "configuration file (default $BRIDGE_CONFIG)")
+}

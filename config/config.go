@@ -1,0 +1,79 @@
+package config
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// DestinationNames returns the names of the destinations, sorted.
+func (c *Config) DestinationNames() []string {
+	return slices.Sorted(maps.Keys(c.Destinations))
+}
+
+// Embedded reports whether the bridge starts its own JetStream server, that
+// is whether nats.url is empty.
+func (c *Config) Embedded() bool { return c.NATS.URL == "" }
+
+// BackoffFor returns the delay before the redelivery that follows delivery
+// number delivered (1-based): Backoff[delivered-1], the last entry repeating.
+// It returns 0 when Backoff is empty.
+func (r *Route) BackoffFor(delivered int) time.Duration {
+	if len(r.Backoff) == 0 {
+		return 0
+	}
+	i := min(max(delivered-1, 0), len(r.Backoff)-1)
+	return r.Backoff[i].D()
+}
+
+// Delay returns the wait before the n-th retry (1-based):
+// Interval*BackoffFactor^(n-1), capped at MaxInterval.
+func (b *Backoff) Delay(n int) time.Duration {
+	d := float64(b.Interval) * math.Pow(b.BackoffFactor, float64(max(n, 1)-1))
+	if b.MaxInterval > 0 && d > float64(b.MaxInterval) {
+		return b.MaxInterval.D()
+	}
+	if d >= math.MaxInt64 || math.IsNaN(d) {
+		return math.MaxInt64
+	}
+	return time.Duration(d)
+}
+
+// Keys returns the HMAC keys of the signing secrets, in order: the base64
+// decoding of a "whsec_" secret, or the bytes of any other. For a Config
+// returned by Load it never fails.
+func (s *Signing) Keys() ([][]byte, error) {
+	keys := make([][]byte, 0, len(s.Secrets))
+	for i, sec := range s.Secrets {
+		k, err := signingKey(sec)
+		if err != nil {
+			return nil, fmt.Errorf("signing secret %d %w", i, err)
+		}
+		keys = append(keys, k)
+	}
+	return keys, nil
+}
+
+const signingPrefix = "whsec_"
+
+var errSigningBase64 = errors.New("is not valid base64 after the whsec_ prefix")
+
+// signingKey decodes a signing secret. Its error never contains the secret.
+func signingKey(s Secret) ([]byte, error) {
+	v, ok := strings.CutPrefix(s.Value(), signingPrefix)
+	if !ok {
+		return []byte(v), nil
+	}
+	if k, err := base64.StdEncoding.DecodeString(v); err == nil {
+		return k, nil
+	}
+	if k, err := base64.RawStdEncoding.DecodeString(v); err == nil {
+		return k, nil
+	}
+	return nil, errSigningBase64
+}

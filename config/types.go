@@ -1,0 +1,147 @@
+package config
+
+import "time"
+
+// Config is a validated bridge configuration. Every field holds its final
+// value: defaults are applied by Load, and Validate has passed.
+type Config struct {
+	NATS            NATS                    `yaml:"nats"`
+	Stream          Stream                  `yaml:"stream"`
+	DeadLetter      DeadLetter              `yaml:"dead_letter"`
+	Idempotency     Idempotency             `yaml:"idempotency"`
+	Admin           Admin                   `yaml:"admin"`
+	Log             Log                     `yaml:"log"`
+	ShutdownTimeout Duration                `yaml:"shutdown_timeout"`
+	Destinations    map[string]*Destination `yaml:"destinations"`
+	Routes          []*Route                `yaml:"routes"`
+}
+
+// NATS is how the bridge reaches JetStream.
+type NATS struct {
+	URL          Secret   `yaml:"url"` // may carry user info; empty: embedded server
+	Embedded     Embedded `yaml:"embedded"`
+	Name         string   `yaml:"name"`
+	CredsFile    string   `yaml:"creds_file"`
+	NKeySeedFile string   `yaml:"nkey_seed_file"`
+	User         string   `yaml:"user"`
+	Password     Secret   `yaml:"password"`
+	Token        Secret   `yaml:"token"`
+	TLS          TLS      `yaml:"tls"`
+}
+
+// Embedded configures the JetStream server started when NATS.URL is empty.
+type Embedded struct {
+	Listen     string `yaml:"listen"`
+	StoreDir   string `yaml:"store_dir"`
+	SyncAlways bool   `yaml:"sync_always"`
+}
+
+// TLS holds file paths for a TLS client configuration.
+type TLS struct {
+	CAFile             string `yaml:"ca_file"`
+	CertFile           string `yaml:"cert_file"`
+	KeyFile            string `yaml:"key_file"`
+	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"` // destinations only
+}
+
+// Stream is the source stream the routes consume from.
+type Stream struct {
+	Name            string   `yaml:"name"`
+	Subjects        []string `yaml:"subjects"`
+	Create          bool     `yaml:"create"`
+	DuplicateWindow Duration `yaml:"duplicate_window"`
+	MaxAge          Duration `yaml:"max_age"`
+	Replicas        int      `yaml:"replicas"`
+}
+
+// DeadLetter is the stream that receives dead letters.
+type DeadLetter struct {
+	Stream        string   `yaml:"stream"`
+	SubjectPrefix string   `yaml:"subject_prefix"`
+	MaxAge        Duration `yaml:"max_age"`
+	Replicas      int      `yaml:"replicas"`
+}
+
+// Idempotency configures the consumer-side reservation bucket.
+type Idempotency struct {
+	Bucket string   `yaml:"bucket"`
+	TTL    Duration `yaml:"ttl"`
+}
+
+// Admin configures the admin HTTP server; an empty Listen disables it.
+type Admin struct {
+	Listen string `yaml:"listen"`
+}
+
+// Log configures the logger.
+type Log struct {
+	Level  string `yaml:"level"`  // debug | info | warn | error
+	Format string `yaml:"format"` // json | console
+}
+
+// Destination is one HTTP endpoint. Name is the key under destinations.
+type Destination struct {
+	Name           string            `yaml:"-"`
+	URL            Secret            `yaml:"url"`
+	Timeout        Duration          `yaml:"timeout"`
+	Format         string            `yaml:"format"` // envelope | raw | cloudevents
+	Headers        map[string]Secret `yaml:"headers"`
+	TransportRetry Backoff           `yaml:"transport_retry"`
+	StatusRetry    *StatusRetry      `yaml:"status_retry"` // nil: off
+	CircuitBreaker CircuitBreaker    `yaml:"circuit_breaker"`
+	Signing        *Signing          `yaml:"signing"` // nil: unsigned
+	TLS            TLS               `yaml:"tls"`
+}
+
+// Backoff is an in-process retry schedule: Count retries after the first
+// try, the n-th waiting Interval*BackoffFactor^(n-1), capped at MaxInterval.
+type Backoff struct {
+	Count         int      `yaml:"count"`
+	Interval      Duration `yaml:"interval"`
+	BackoffFactor float64  `yaml:"backoff_factor"`
+	MaxInterval   Duration `yaml:"max_interval"`
+}
+
+// StatusRetry retries the listed HTTP statuses in-process.
+type StatusRetry struct {
+	Codes      []int `yaml:"codes"`
+	Backoff    `yaml:",inline"`
+	MaxElapsed Duration `yaml:"max_elapsed"`
+}
+
+// CircuitBreaker configures the per-destination breaker.
+type CircuitBreaker struct {
+	Enabled          bool     `yaml:"enabled"`
+	FailureRate      float64  `yaml:"failure_rate"`
+	MinRequests      int      `yaml:"min_requests"`
+	Window           Duration `yaml:"window"`
+	Delay            Duration `yaml:"delay"`
+	SuccessThreshold int      `yaml:"success_threshold"`
+	Statuses         []int    `yaml:"statuses"`
+}
+
+// Signing configures Standard Webhooks signatures. Several secrets allow
+// rotation: every request carries one signature per secret.
+type Signing struct {
+	Secrets []Secret `yaml:"secret"`
+}
+
+// Route binds subjects to one destination through one durable consumer.
+type Route struct {
+	Name              string     `yaml:"name"`
+	Subjects          []string   `yaml:"subjects"`
+	Destination       string     `yaml:"destination"`
+	MaxDeliver        int        `yaml:"max_deliver"`
+	Backoff           []Duration `yaml:"backoff"`
+	AckWait           Duration   `yaml:"ack_wait"`
+	MaxInFlight       int        `yaml:"max_in_flight"`
+	RedeliverStatuses []int      `yaml:"redeliver_statuses"`
+	MaxRetryAfter     Duration   `yaml:"max_retry_after"`
+	Idempotency       bool       `yaml:"idempotency"`
+}
+
+// Duration is a time.Duration written as a Go duration string ("250ms").
+type Duration time.Duration
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }

@@ -1,0 +1,424 @@
+package config
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"net"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sotercare/jetbridge/subjects"
+)
+
+// Validate checks every rule of the configuration and returns a
+// *ValidationError listing all problems, or nil. Load calls it; call it again
+// after changing a Config by hand. Messages name the key path and never
+// contain a secret.
+func (c *Config) Validate() error { return c.validate(nil, "") }
+
+// validate runs the checks and, when idx is known, places each problem on
+// its line of source.
+func (c *Config) validate(idx *index, source string) error {
+	v := &validator{}
+	v.nats(&c.NATS)
+	v.stream(&c.Stream)
+	v.deadLetter(&c.DeadLetter, &c.Stream)
+	v.idempotency(&c.Idempotency, &c.Stream)
+	v.listen("admin.listen", c.Admin.Listen, true)
+	v.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
+	v.oneOf("log.format", c.Log.Format, "json", "console")
+	v.positive("shutdown_timeout", c.ShutdownTimeout)
+	for _, name := range c.DestinationNames() {
+		v.destination(name, c.Destinations[name])
+	}
+	v.routes(c)
+	if len(v.errs) == 0 {
+		return nil
+	}
+	for _, fe := range v.errs {
+		if line := idx.line(fe.Path); line > 0 {
+			fe.File, fe.Line = source, line
+		}
+	}
+	return &ValidationError{Errors: v.errs}
+}
+
+type validator struct {
+	errs []*FieldError
+}
+
+func (v *validator) addf(path, format string, args ...any) {
+	v.errs = append(v.errs, &FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (v *validator) nats(n *NATS) {
+	if n.URL != "" {
+		for u := range strings.SplitSeq(n.URL.Value(), ",") {
+			if msg := checkURL(strings.TrimSpace(u), "nats", "tls", "ws", "wss"); msg != "" {
+				v.addf("nats.url", "%s", msg)
+				break
+			}
+		}
+	} else {
+		v.listen("nats.embedded.listen", n.Embedded.Listen, false)
+		if n.Embedded.StoreDir == "" {
+			v.addf("nats.embedded.store_dir", "is required when nats.url is empty")
+		}
+	}
+
+	var auth []string
+	if n.CredsFile != "" {
+		auth = append(auth, "creds_file")
+	}
+	if n.NKeySeedFile != "" {
+		auth = append(auth, "nkey_seed_file")
+	}
+	if n.User != "" || n.Password != "" {
+		auth = append(auth, "user")
+	}
+	if n.Token != "" {
+		auth = append(auth, "token")
+	}
+	if len(auth) > 1 {
+		v.addf("nats."+auth[len(auth)-1], "cannot be combined with nats.%s: set at most one of creds_file, nkey_seed_file, user+password, token", auth[0])
+	}
+	if n.Password != "" && n.User == "" {
+		v.addf("nats.password", "is set without nats.user")
+	}
+	v.tls("nats.tls", n.TLS)
+	if n.TLS.InsecureSkipVerify {
+		v.addf("nats.tls.insecure_skip_verify", "is only allowed for destinations")
+	}
+}
+
+func (v *validator) stream(s *Stream) {
+	v.name("stream.name", s.Name)
+	if len(s.Subjects) == 0 {
+		v.addf("stream.subjects", "must list at least one subject")
+	}
+	for i, f := range s.Subjects {
+		p := fmt.Sprintf("stream.subjects[%d]", i)
+		if err := subjects.ValidateFilter(f); err != nil {
+			v.addf(p, "%v", err)
+			continue
+		}
+		for j, g := range s.Subjects[:i] {
+			if subjects.ValidateFilter(g) == nil && subjects.Overlap(g, f) {
+				v.addf(p, "%q overlaps stream.subjects[%d] %q; JetStream refuses overlapping stream subjects", f, j, g)
+			}
+		}
+	}
+	v.positive("stream.duplicate_window", s.DuplicateWindow)
+	switch {
+	case s.MaxAge < 0 || s.MaxAge > 0 && s.MaxAge.D() < 100*time.Millisecond:
+		v.addf("stream.max_age", "must be 0 (unlimited) or at least 100ms, got %s", s.MaxAge)
+	case s.MaxAge > 0 && s.DuplicateWindow > s.MaxAge:
+		v.addf("stream.duplicate_window", "must not exceed stream.max_age (%s), got %s", s.MaxAge, s.DuplicateWindow)
+	}
+	v.replicas("stream.replicas", s.Replicas)
+}
+
+func (v *validator) deadLetter(d *DeadLetter, s *Stream) {
+	v.name("dead_letter.stream", d.Stream)
+	if d.Stream != "" && d.Stream == s.Name {
+		v.addf("dead_letter.stream", "must differ from stream.name %q", s.Name)
+	}
+	if err := subjects.ValidateSubject(d.SubjectPrefix); err != nil {
+		v.addf("dead_letter.subject_prefix", "%v", err)
+	} else {
+		for _, f := range s.Subjects {
+			if subjects.ValidateFilter(f) == nil && subjects.Overlap(d.SubjectPrefix+".>", f) {
+				v.addf("dead_letter.subject_prefix", "%q overlaps stream subject %q: the stream would capture its own dead letters", d.SubjectPrefix, f)
+			}
+		}
+	}
+	if d.MaxAge.D() < 100*time.Millisecond {
+		v.addf("dead_letter.max_age", "must be at least 100ms (dead-letter retention is always bounded), got %s", d.MaxAge)
+	}
+	v.replicas("dead_letter.replicas", d.Replicas)
+}
+
+func (v *validator) idempotency(i *Idempotency, s *Stream) {
+	if i.Bucket == "" {
+		return
+	}
+	if !validName(i.Bucket) {
+		v.addf("idempotency.bucket", "%q is not a valid bucket name: use [A-Za-z0-9_-]+", i.Bucket)
+	}
+	switch {
+	case i.TTL <= 0:
+		v.addf("idempotency.ttl", "must be > 0, got %s", i.TTL)
+	case i.TTL < s.DuplicateWindow:
+		v.addf("idempotency.ttl", "must be at least stream.duplicate_window (%s), got %s", s.DuplicateWindow, i.TTL)
+	}
+}
+
+func (v *validator) destination(name string, d *Destination) {
+	path := "destinations." + name
+	if !validName(name) {
+		v.addf(path, "destination name %q must match [A-Za-z0-9_-]+", name)
+	}
+	if d == nil {
+		v.addf(path+".url", "is required")
+		return
+	}
+	if d.URL == "" {
+		v.addf(path+".url", "is required")
+	} else if msg := checkURL(d.URL.Value(), "http", "https"); msg != "" {
+		v.addf(path+".url", "%s", msg)
+	}
+	v.positive(path+".timeout", d.Timeout)
+	v.oneOf(path+".format", d.Format, FormatEnvelope, FormatRaw, FormatCloudEvents)
+	for _, h := range slices.Sorted(maps.Keys(d.Headers)) {
+		hp := path + ".headers." + h
+		if !validHeaderName(h) {
+			v.addf(hp, "%q is not a valid header name", h)
+		}
+		if strings.ContainsAny(d.Headers[h].Value(), "\r\n\x00") {
+			v.addf(hp, "the value contains a line break or NUL")
+		}
+	}
+	v.backoff(path+".transport_retry", d.TransportRetry)
+	if sr := d.StatusRetry; sr != nil {
+		p := path + ".status_retry"
+		if len(sr.Codes) == 0 {
+			v.addf(p+".codes", "must list at least one status (remove status_retry to turn it off)")
+		}
+		v.statuses(p+".codes", sr.Codes)
+		v.backoff(p, sr.Backoff)
+		v.positive(p+".max_elapsed", sr.MaxElapsed)
+	}
+
+	cb, p := d.CircuitBreaker, path+".circuit_breaker"
+	if !(cb.FailureRate > 0 && cb.FailureRate <= 1) {
+		v.addf(p+".failure_rate", "must be in (0, 1], got %g", cb.FailureRate)
+	}
+	if cb.MinRequests < 1 {
+		v.addf(p+".min_requests", "must be at least 1, got %d", cb.MinRequests)
+	}
+	v.positive(p+".window", cb.Window)
+	v.positive(p+".delay", cb.Delay)
+	if cb.SuccessThreshold < 1 {
+		v.addf(p+".success_threshold", "must be at least 1, got %d", cb.SuccessThreshold)
+	}
+	v.statuses(p+".statuses", cb.Statuses)
+
+	if s := d.Signing; s != nil {
+		p := path + ".signing.secret"
+		if len(s.Secrets) == 0 {
+			v.addf(p, "is required when signing is set")
+		}
+		for i, sec := range s.Secrets {
+			sp := p
+			if len(s.Secrets) > 1 {
+				sp = fmt.Sprintf("%s[%d]", p, i)
+			}
+			switch k, err := signingKey(sec); {
+			case err != nil:
+				v.addf(sp, "%v", err)
+			case len(k) < 24:
+				v.addf(sp, "must be at least 24 bytes after decoding, got %d", len(k))
+			}
+		}
+	}
+	v.tls(path+".tls", d.TLS)
+}
+
+func (v *validator) routes(c *Config) {
+	if len(c.Routes) == 0 {
+		v.addf("routes", "at least one route is required")
+	}
+	seen := map[string]int{}
+	for i, r := range c.Routes {
+		p := fmt.Sprintf("routes[%d]", i)
+		if r == nil {
+			v.addf(p, "is empty")
+			continue
+		}
+		switch j, dup := seen[r.Name]; {
+		case r.Name == "":
+			v.addf(p+".name", "is required")
+		case !validName(r.Name):
+			v.addf(p+".name", "%q must match [A-Za-z0-9_-]+", r.Name)
+		case dup:
+			v.addf(p+".name", "duplicate route name %q (also routes[%d])", r.Name, j)
+		default:
+			seen[r.Name] = i
+		}
+
+		if len(r.Subjects) == 0 {
+			v.addf(p+".subjects", "must list at least one subject")
+		}
+		for k, f := range r.Subjects {
+			sp := fmt.Sprintf("%s.subjects[%d]", p, k)
+			if err := subjects.ValidateFilter(f); err != nil {
+				v.addf(sp, "%v", err)
+				continue
+			}
+			inside := slices.ContainsFunc(c.Stream.Subjects, func(s string) bool {
+				return subjects.ValidateFilter(s) == nil && subjects.Covers(s, f)
+			})
+			if !inside {
+				v.addf(sp, "%q is outside the stream's subjects %q", f, c.Stream.Subjects)
+			}
+			for j, g := range r.Subjects[:k] {
+				if subjects.ValidateFilter(g) == nil && subjects.Overlap(g, f) {
+					v.addf(sp, "%q overlaps subjects[%d] %q; JetStream refuses overlapping filters in one consumer", f, j, g)
+				}
+			}
+		}
+
+		if _, ok := c.Destinations[r.Destination]; r.Destination == "" {
+			v.addf(p+".destination", "is required")
+		} else if !ok {
+			known := "none is defined"
+			if names := c.DestinationNames(); len(names) > 0 {
+				known = "defined: " + strings.Join(names, ", ")
+			}
+			v.addf(p+".destination", "unknown destination %q (%s)", r.Destination, known)
+		}
+
+		if r.MaxDeliver < 1 {
+			v.addf(p+".max_deliver", "must be at least 1, got %d", r.MaxDeliver)
+		}
+		if len(r.Backoff) == 0 {
+			v.addf(p+".backoff", "must list at least one delay")
+		}
+		for k, d := range r.Backoff {
+			v.positive(fmt.Sprintf("%s.backoff[%d]", p, k), d)
+		}
+		if r.AckWait.D() < time.Second {
+			v.addf(p+".ack_wait", "must be at least 1s, got %s", r.AckWait)
+		}
+		if r.MaxInFlight < 1 {
+			v.addf(p+".max_in_flight", "must be at least 1, got %d", r.MaxInFlight)
+		}
+		v.statuses(p+".redeliver_statuses", r.RedeliverStatuses)
+		if r.MaxRetryAfter < 0 {
+			v.addf(p+".max_retry_after", "must not be negative, got %s", r.MaxRetryAfter)
+		}
+		if r.Idempotency && c.Idempotency.Bucket == "" {
+			v.addf(p+".idempotency", "needs idempotency.bucket, which is empty")
+		}
+	}
+}
+
+func (v *validator) backoff(path string, b Backoff) {
+	if b.Count < 0 {
+		v.addf(path+".count", "must not be negative, got %d", b.Count)
+	}
+	v.positive(path+".interval", b.Interval)
+	if !(b.BackoffFactor >= 1) || math.IsInf(b.BackoffFactor, 1) {
+		v.addf(path+".backoff_factor", "must be a number >= 1, got %g", b.BackoffFactor)
+	}
+	if b.MaxInterval < b.Interval {
+		v.addf(path+".max_interval", "must be at least interval (%s), got %s", b.Interval, b.MaxInterval)
+	}
+}
+
+func (v *validator) statuses(path string, codes []int) {
+	for i, code := range codes {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		switch {
+		case code < 100 || code > 599:
+			v.addf(p, "must be an HTTP status (100-599), got %d", code)
+		case code >= 200 && code <= 299:
+			v.addf(p, "must not be a success status, got %d", code)
+		}
+	}
+}
+
+func (v *validator) positive(path string, d Duration) {
+	if d <= 0 {
+		v.addf(path, "must be > 0, got %s", d)
+	}
+}
+
+func (v *validator) replicas(path string, n int) {
+	if n < 1 || n > 5 {
+		v.addf(path, "must be 1 to 5, got %d", n)
+	}
+}
+
+func (v *validator) oneOf(path, got string, allowed ...string) {
+	if !slices.Contains(allowed, got) {
+		v.addf(path, "must be one of %s; got %q", strings.Join(allowed, ", "), got)
+	}
+}
+
+// name checks a JetStream stream name.
+func (v *validator) name(path, s string) {
+	switch {
+	case s == "":
+		v.addf(path, "is required")
+	case strings.ContainsAny(s, " \t\r\n\f.*>/\\"):
+		v.addf(path, "%q is not a valid stream name: no whitespace, '.', '*', '>', '/' or '\\'", s)
+	}
+}
+
+func (v *validator) listen(path, addr string, optional bool) {
+	if addr == "" {
+		if !optional {
+			v.addf(path, "is required")
+		}
+		return
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		_, err = strconv.ParseUint(port, 10, 16)
+	}
+	if err != nil {
+		v.addf(path, "must be host:port, got %q", addr)
+	}
+}
+
+func (v *validator) tls(path string, t TLS) {
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		v.addf(path, "cert_file and key_file must be set together")
+	}
+}
+
+// checkURL returns a problem with raw as a URL of one of schemes, or "". The
+// message never quotes the URL: it may carry credentials.
+func checkURL(raw string, schemes ...string) string {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil || raw == "":
+		return "is not a valid URL"
+	case !slices.Contains(schemes, u.Scheme):
+		return "scheme must be one of " + strings.Join(schemes, ", ")
+	case u.Host == "":
+		return "has no host"
+	}
+	return ""
+}
+
+// validName reports whether s matches [A-Za-z0-9_-]+.
+func validName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// validHeaderName reports whether s is an HTTP field name (RFC 9110 token).
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", r)) {
+			return false
+		}
+	}
+	return true
+}

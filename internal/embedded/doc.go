@@ -1,0 +1,18 @@
+// Package embedded owns the bridge's default broker: a single-node
+// nats-server with JetStream, started inside the bridge process.
+//
+// Invariants:
+//
+//   - Signals never reach the embedded server. NoSigs is always set, so the
+//     server installs no SIGINT/SIGTERM/SIGHUP/SIGUSR handler and can never
+//     call os.Exit behind the bridge's graceful drain; the process owner
+//     decides when to call Shutdown.
+//   - The JetStream store directory is always explicit. Start rejects an
+//     empty StoreDir, so the server never falls back to the shared
+//     $TMPDIR/nats/jetstream directory that other instances would collide on.
+//   - The client listener is on a loopback address unless the caller opts out
+//     with AllowNonLoopback.
+//
+// The package imports only nats-server and the standard library.
+// Production code reaches nats-server through this package only.
+package embedded

@@ -1,0 +1,266 @@
+package embedded
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// DefaultServerName is used when Options.ServerName is empty.
+const DefaultServerName = "jetbridge-embedded"
+
+// DefaultStartTimeout bounds Start when ctx carries no earlier deadline.
+const DefaultStartTimeout = 10 * time.Second
+
+// Errors returned by Start for invalid options. Match them with errors.Is.
+var (
+	// ErrStoreDirRequired: Options.StoreDir is empty.
+	ErrStoreDirRequired = errors.New("embedded: store dir is required")
+	// ErrNotLoopback: Options.Listen names a host that is not a loopback
+	// address and AllowNonLoopback is false.
+	ErrNotLoopback = errors.New("embedded: listen host is not a loopback address")
+)
+
+// errStartTimeout is the cause when DefaultStartTimeout ends Start; it
+// matches context.DeadlineExceeded like a caller's own deadline does.
+var errStartTimeout = fmt.Errorf("embedded: server not ready within %s: %w", DefaultStartTimeout, context.DeadlineExceeded)
+
+// Options configure an embedded server. The zero value is not valid:
+// StoreDir is required.
+type Options struct {
+	// Listen is the client listener as "host:port". An empty value, an
+	// empty port or port 0 picks a random free port. An empty host means
+	// 127.0.0.1, and "localhost" is bound as 127.0.0.1. The host must be a
+	// loopback IP unless AllowNonLoopback is set.
+	Listen string
+	// AllowNonLoopback permits a non-loopback (or host name) Listen host.
+	AllowNonLoopback bool
+	// StoreDir is the JetStream store directory (required). The server
+	// keeps its data in a "jetstream" subdirectory.
+	StoreDir string
+	// SyncAlways makes JetStream fsync after every write.
+	SyncAlways bool
+	// ServerName defaults to DefaultServerName.
+	ServerName string
+	// Logf, if set, receives the server's notice, warning, error and fatal
+	// lines, each prefixed with its level ("[INF] ", "[WRN] ", "[ERR] ",
+	// "[FTL] "). Nil discards them. Logf must be safe for concurrent use
+	// and must not block. A fatal line never exits the process.
+	Logf func(format string, args ...any)
+
+	// Cluster options can come later.
+}
+
+// Server is a running embedded nats-server with JetStream enabled.
+type Server struct {
+	ns   *server.Server
+	addr string
+	url  string
+}
+
+// Start validates opts, starts the server with JetStream and waits until it
+// accepts client connections. Startup is bounded by ctx and by
+// DefaultStartTimeout, whichever ends first; on any failure the partly
+// started server is shut down before Start returns.
+//
+// If the requested port is already in use the error says so and wraps the
+// listener error (errors.Is(err, syscall.EADDRINUSE) holds).
+func Start(ctx context.Context, opts Options) (*Server, error) {
+	host, port, err := parseListen(opts.Listen, opts.AllowNonLoopback)
+	if err != nil {
+		return nil, err
+	}
+	if opts.StoreDir == "" {
+		return nil, ErrStoreDirRequired
+	}
+	storeDir, err := filepath.Abs(opts.StoreDir)
+	if err != nil {
+		return nil, fmt.Errorf("embedded: store dir %q: %w", opts.StoreDir, err)
+	}
+	name := opts.ServerName
+	if name == "" {
+		name = DefaultServerName
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("embedded: start server %q: %w", name, context.Cause(ctx))
+	}
+	hostPort := net.JoinHostPort(host, strconv.Itoa(port))
+	if port != 0 {
+		// nats-server reports a busy port only through its logger, after
+		// Start; probing first gives a typed error with a clear message.
+		if err := probeListen(hostPort); err != nil {
+			return nil, err
+		}
+	}
+
+	serverPort := port
+	if serverPort == 0 {
+		serverPort = server.RANDOM_PORT // 0 would mean the default 4222
+	}
+	ns, err := server.NewServer(&server.Options{
+		ServerName: name,
+		Host:       host,
+		Port:       serverPort,
+		JetStream:  true,
+		StoreDir:   storeDir,
+		SyncAlways: opts.SyncAlways,
+		NoSigs:     true, // see package doc: never trap the process's signals
+		NoLog:      true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("embedded: server %q options: %w", name, err)
+	}
+	log := &logAdapter{logf: opts.Logf}
+	ns.SetLoggerV2(log, false, false, false)
+
+	ctx, cancel := context.WithTimeoutCause(ctx, DefaultStartTimeout, errStartTimeout)
+	defer cancel()
+
+	// ns.Start returns once the client listener is up (or failed).
+	started := make(chan struct{})
+	go func() {
+		defer close(started)
+		ns.Start()
+	}()
+	fail := func(err error) (*Server, error) {
+		ns.Shutdown()
+		<-started
+		ns.WaitForShutdown()
+		return nil, err
+	}
+	select {
+	case <-started:
+	case <-ctx.Done():
+		return fail(fmt.Errorf("embedded: start server %q on %s: %w", name, hostPort, context.Cause(ctx)))
+	}
+	if msg := log.firstFatal(); msg != "" {
+		return fail(fmt.Errorf("embedded: start server %q on %s: %s", name, hostPort, msg))
+	}
+	addr := ns.Addr()
+	if addr == nil {
+		return fail(fmt.Errorf("embedded: start server %q: client listener on %s did not start", name, hostPort))
+	}
+	if !ns.JetStreamEnabled() {
+		return fail(fmt.Errorf("embedded: start server %q: JetStream not enabled (store dir %s)", name, storeDir))
+	}
+	deadline, _ := ctx.Deadline() // always set by WithTimeoutCause
+	if wait := time.Until(deadline); wait <= 0 || !ns.ReadyForConnections(wait) {
+		return fail(fmt.Errorf("embedded: start server %q on %s: not ready for connections before the start deadline: %w",
+			name, addr, context.DeadlineExceeded))
+	}
+	return &Server{ns: ns, addr: addr.String(), url: ns.ClientURL()}, nil
+}
+
+// ClientURL is the URL clients connect to, e.g. "nats://127.0.0.1:4222".
+func (s *Server) ClientURL() string { return s.url }
+
+// Addr is the host:port the client listener actually bound.
+func (s *Server) Addr() string { return s.addr }
+
+// Version is the nats-server version.
+func (s *Server) Version() string { return server.VERSION }
+
+// ServerVersion is the version of the nats-server linked into this binary,
+// available without starting a server (e.g. for a version command).
+func ServerVersion() string { return server.VERSION }
+
+// NATS returns the raw server. It is an escape hatch for tests; production
+// code should not need it.
+func (s *Server) NATS() *server.Server { return s.ns }
+
+// Shutdown stops the server gracefully (JetStream state is flushed to the
+// store dir) and waits until it has stopped. It is safe to call more than
+// once.
+func (s *Server) Shutdown() {
+	s.ns.Shutdown()
+	s.ns.WaitForShutdown()
+}
+
+// parseListen splits and checks Options.Listen. It returns the host to bind
+// and the port, 0 meaning random.
+func parseListen(listen string, allowNonLoopback bool) (string, int, error) {
+	if listen == "" {
+		return "127.0.0.1", 0, nil
+	}
+	host, portStr, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", 0, fmt.Errorf("embedded: listen %q: %w", listen, err)
+	}
+	port := 0
+	if portStr != "" {
+		port, err = strconv.Atoi(portStr)
+		if err != nil || port < 0 || port > 65535 {
+			return "", 0, fmt.Errorf("embedded: listen %q: invalid port %q", listen, portStr)
+		}
+	}
+	if host == "" || host == "localhost" {
+		return "127.0.0.1", port, nil
+	}
+	if allowNonLoopback {
+		return host, port, nil
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || !ip.IsLoopback() {
+		return "", 0, fmt.Errorf("%w: %q (set AllowNonLoopback to expose the broker)", ErrNotLoopback, host)
+	}
+	return host, port, nil
+}
+
+// probeListen checks that hostPort can be bound right now.
+func probeListen(hostPort string) error {
+	l, err := net.Listen("tcp", hostPort)
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("embedded: listen address %s is already in use: %w", hostPort, err)
+		}
+		return fmt.Errorf("embedded: cannot listen on %s: %w", hostPort, err)
+	}
+	return l.Close()
+}
+
+// logAdapter implements server.Logger. It forwards to an optional Logf and
+// remembers the first fatal line so Start can report why startup failed.
+// Unlike the server's default logger, Fatalf never exits the process.
+type logAdapter struct {
+	logf func(format string, args ...any)
+
+	mu    sync.Mutex
+	fatal string
+}
+
+var _ server.Logger = (*logAdapter)(nil)
+
+func (l *logAdapter) firstFatal() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.fatal
+}
+
+func (l *logAdapter) emit(prefix, format string, args []any) {
+	if l.logf != nil {
+		l.logf(prefix+format, args...)
+	}
+}
+
+func (l *logAdapter) Noticef(format string, v ...any) { l.emit("[INF] ", format, v) }
+func (l *logAdapter) Warnf(format string, v ...any)   { l.emit("[WRN] ", format, v) }
+func (l *logAdapter) Errorf(format string, v ...any)  { l.emit("[ERR] ", format, v) }
+func (l *logAdapter) Debugf(format string, v ...any)  { l.emit("[DBG] ", format, v) }
+func (l *logAdapter) Tracef(format string, v ...any)  { l.emit("[TRC] ", format, v) }
+
+func (l *logAdapter) Fatalf(format string, v ...any) {
+	l.mu.Lock()
+	if l.fatal == "" {
+		l.fatal = fmt.Sprintf(format, v...)
+	}
+	l.mu.Unlock()
+	l.emit("[FTL] ", format, v)
+}

@@ -1,0 +1,19 @@
+// Package natstest owns the JetStream test harness: embedded servers on
+// loopback with a per-test store dir, restarts on the same store dir and
+// port, client connections, condition polling, and child processes for
+// crash (SIGKILL) tests.
+//
+// Invariants:
+//
+//   - Everything it starts is owned by the calling test and stopped in
+//     t.Cleanup: servers are shut down, connections closed, child processes
+//     killed by PID and reaped.
+//   - Servers listen on 127.0.0.1 only and always use an explicit store dir
+//     (t.TempDir() unless the test passes its own), never the shared temp
+//     dir.
+//   - Tests wait on conditions, never on the clock: Eventually polls until a
+//     condition holds and fails with the last error it saw.
+//
+// natstest is imported only by tests. It may import internal/embedded,
+// nats-server, nats.go (nats and jetstream) and the standard library.
+package natstest
