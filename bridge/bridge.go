@@ -57,7 +57,8 @@ type Bridge struct {
 	log    zerolog.Logger
 	dests  map[string]*destination
 	routes []*route
-	faults faults // zero in production; see faults.go
+	ready  chan struct{} // closed once provisioned and pulling
+	faults faults        // zero in production; see faults.go
 }
 
 // New builds a Bridge from a validated configuration. It does no I/O:
@@ -68,6 +69,7 @@ func New(cfg *config.Config, js jetstream.JetStream, opts Options) (*Bridge, err
 
 func newBridge(cfg *config.Config, js jetstream.JetStream, opts Options, f faults) (*Bridge, error) {
 	b := &Bridge{
+		ready:  make(chan struct{}),
 		faults: f,
 		cfg:    cfg,
 		js:     js,
@@ -110,6 +112,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	for _, r := range b.routes {
 		loops.Go(func() { r.pull(ctx, work, &workers) })
 	}
+	close(b.ready)
 	b.log.Info().Int("routes", len(b.routes)).Msg("bridge running")
 	loops.Wait()
 
@@ -129,6 +132,10 @@ func (b *Bridge) Run(ctx context.Context) error {
 	b.log.Info().Msg("bridge stopped")
 	return nil
 }
+
+// Ready is closed once Run has provisioned every stream and consumer and
+// started pulling.
+func (b *Bridge) Ready() <-chan struct{} { return b.ready }
 
 var errShutdownTimeout = errors.New("shutdown timeout")
 

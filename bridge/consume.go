@@ -108,7 +108,7 @@ func (r *route) pull(ctx, work context.Context, workers *sync.WaitGroup) {
 			}
 			workers.Go(func() {
 				defer r.release(1)
-				r.handle(work, m)
+				r.handle(ctx, work, m)
 			})
 		}
 		cancel()
@@ -150,8 +150,9 @@ func (r *route) release(n int) {
 	}
 }
 
-// handle processes one message from receipt to settlement.
-func (r *route) handle(ctx context.Context, m jetstream.Msg) {
+// handle processes one message from receipt to settlement. Attempts run on
+// work; a message held by an open breaker is released as soon as stop ends.
+func (r *route) handle(stop, work context.Context, m jetstream.Msg) {
 	r.inFlight.Add(1)
 	defer r.inFlight.Add(-1)
 
@@ -163,8 +164,8 @@ func (r *route) handle(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	log := r.log.With().Uint64("stream_seq", ev.Seq).Uint64("delivered", ev.Delivered).Logger()
-	stop := r.progress(m)
-	defer stop()
+	stopProgress := r.progress(m)
+	defer stopProgress()
 
 	tries := 0
 	failure := err
@@ -174,7 +175,7 @@ func (r *route) handle(ctx context.Context, m jetstream.Msg) {
 	if failure == nil {
 		var p *payload
 		if p, failure = buildPayload(ev, r.dest); failure == nil {
-			tries, failure = r.deliver(ctx, p, log)
+			tries, failure = r.deliver(stop, work, p, log)
 		}
 	}
 	if failure != nil {
@@ -188,11 +189,12 @@ func (r *route) handle(ctx context.Context, m jetstream.Msg) {
 
 // deliver runs attempts until one is not refused by the open breaker. A
 // message held here keeps its delivery (progress acks run meanwhile), so an
-// outage alone never spends the delivery budget.
-func (r *route) deliver(ctx context.Context, p *payload, log zerolog.Logger) (int, error) {
+// outage alone never spends the delivery budget. Holding ends with stop:
+// a held message is handed back at once on shutdown.
+func (r *route) deliver(stop, work context.Context, p *payload, log zerolog.Logger) (int, error) {
 	total := 0
 	for {
-		tries, err := r.dest.attempt(ctx, p)
+		tries, err := r.dest.attempt(work, p)
 		total += tries
 		var open *CircuitOpenError
 		if !errors.As(err, &open) {
@@ -203,7 +205,7 @@ func (r *route) deliver(ctx context.Context, p *payload, log zerolog.Logger) (in
 		}
 		log.Debug().Msg("held: circuit breaker open")
 		r.held.Add(1)
-		werr := r.dest.waitUsable(ctx)
+		werr := r.dest.waitUsable(stop)
 		r.held.Add(-1)
 		if werr != nil {
 			return total, fmt.Errorf("%w: %w", ErrInterrupted, err)

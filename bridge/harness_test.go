@@ -75,12 +75,15 @@ func startBridgeOn(t testing.TB, srv *natstest.Server, cfg *config.Config, f fau
 		t.Fatalf("bridge: %v", err)
 	}
 	h.b = b
-	if err := b.Provision(context.Background()); err != nil {
-		t.Fatalf("provision: %v", err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- b.Run(ctx) }()
+	select {
+	case <-b.Ready():
+	case err := <-done:
+		cancel()
+		t.Fatalf("Run: %v", err)
+	}
 	h.stop = sync.OnceFunc(func() {
 		cancel()
 		select {

@@ -77,8 +77,10 @@ func (v *validator) nats(n *NATS) {
 	if n.NKeySeedFile != "" {
 		auth = append(auth, "nkey_seed_file")
 	}
-	if n.User != "" || n.Password != "" {
+	if n.User != "" {
 		auth = append(auth, "user")
+	} else if n.Password != "" {
+		auth = append(auth, "password")
 	}
 	if n.Token != "" {
 		auth = append(auth, "token")

@@ -1,0 +1,185 @@
+package bridge
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sotercare/jetbridge/internal/sinktest"
+)
+
+// While the breaker is open the destination receives nothing but the
+// half-open probes, every transition is logged once, and a route to another
+// destination keeps delivering meanwhile.
+func TestCircuitBreakerIsolatesTheFailingDestination(t *testing.T) {
+	check := func(t testing.TB, f faults) error {
+		down := sinktest.New(t, sinktest.Always(503))
+		up := sinktest.New(t, sinktest.Always(200))
+		cfg := testConfig(t, `
+destinations:
+  down:
+    url: %s
+    transport_retry: {count: 0}
+    circuit_breaker: {failure_rate: 0.5, min_requests: 4, window: 30s, delay: 150ms, statuses: [503]}
+  up:
+    url: %s
+routes:
+  - name: a
+    subjects: ["events.*.a.>"]
+    destination: down
+    max_in_flight: 1
+    max_deliver: 1000
+    backoff: [5ms]
+  - name: b
+    subjects: ["events.*.b.>"]
+    destination: up
+`, down.URL(), up.URL())
+		h := startBridge(t, cfg, f)
+		for i := range 5 {
+			h.publish("events.info.a.x", fmt.Sprintf("a%d", i), []byte(`{}`), nil)
+		}
+		// Let the breaker cycle open -> half-open -> open a few times.
+		if !waitUntil(5*time.Second, func() bool { return countOf(h.transitions(), "down:half-open->open") >= 3 }) {
+			return fmt.Errorf("the breaker did not open and probe: transitions %v, %d requests", h.transitions(), down.Count())
+		}
+		for i := range 50 {
+			h.publish("events.info.b.x", fmt.Sprintf("b%d", i), []byte(`{}`), nil)
+		}
+		delivered := h.waitOutcomes(50, settleWait, func(s Settled) bool { return s.Route == "b" && s.Outcome == OutcomeDelivered })
+		if len(delivered) != 50 || up.Count() != 50 {
+			return fmt.Errorf("route b delivered %d (destination saw %d), want 50 and 50", len(delivered), up.Count())
+		}
+		// Snapshot at a moment the breaker is open after a failed probe: the
+		// probe's request has arrived, the next half-open is 150 ms away.
+		var requests int
+		var trans []string
+		ok := waitUntil(5*time.Second, func() bool {
+			before := h.transitions()
+			if len(before) == 0 || before[len(before)-1] != "down:half-open->open" {
+				return false
+			}
+			requests = down.Count()
+			trans = h.transitions()
+			return len(trans) == len(before)
+		})
+		if !ok {
+			return fmt.Errorf("the breaker never settled open after a failed probe; transitions %v", h.transitions())
+		}
+		if trans[0] != "down:closed->open" {
+			return fmt.Errorf("first transition %q, want down:closed->open", trans[0])
+		}
+		if countOf(trans, "down:half-open->closed") != 0 {
+			return fmt.Errorf("breaker closed although every request failed: %v", trans)
+		}
+		probes := countOf(trans, "down:open->half-open")
+		if want := 4 + probes; requests != want {
+			return fmt.Errorf("destination received %d requests, want exactly %d (4 before opening + %d probes)", requests, want, probes)
+		}
+		h.stop()
+		if logged := h.logs.count(`"message":"circuit breaker state changed"`); logged != len(h.transitions()) {
+			return fmt.Errorf("%d state changes logged, want %d (one per transition)", logged, len(h.transitions()))
+		}
+		return nil
+	}
+	if err := check(t, faults{}); err != nil {
+		t.Fatal(err)
+	}
+	expectBroken(t, "breaker that ignores failing statuses", func(t testing.TB) error {
+		return check(t, faults{breakerIgnoresStatuses: true})
+	})
+}
+
+// An outage far longer than max_deliver × backoff dead-letters nothing:
+// messages refused by the open breaker are held, not redelivered.
+func TestLongOutageDeadLettersNothing(t *testing.T) {
+	check := func(t testing.TB, f faults) error {
+		sink := sinktest.New(t, sinktest.Always(503))
+		cfg := testConfig(t, `
+destinations:
+  d:
+    url: %s
+    transport_retry: {count: 0}
+    circuit_breaker: {failure_rate: 0.5, min_requests: 3, window: 30s, delay: 50ms, statuses: [503]}
+routes:
+  - name: r
+    subjects: ["events.>"]
+    destination: d
+    max_deliver: 2
+    backoff: [20ms]
+    max_in_flight: 4
+`, sink.URL())
+		h := startBridge(t, cfg, f)
+		for i := range 6 {
+			h.publish("events.info.x", fmt.Sprintf("e%d", i), []byte(`{}`), nil)
+		}
+		// The outage lasts 8 failed probes: far beyond max_deliver × backoff.
+		if !waitUntil(5*time.Second, func() bool { return countOf(h.transitions(), "d:half-open->open") >= 8 }) {
+			return fmt.Errorf("breaker did not cycle: %v", h.transitions())
+		}
+		sink.SetScript(sinktest.Always(200))
+		h.waitOutcomes(6, 5*time.Second, outcomeIs(OutcomeDelivered))
+		if dead := h.waitOutcomes(1, 0, outcomeIs(OutcomeDeadLettered)); len(dead) != 0 {
+			return fmt.Errorf("%d messages dead-lettered during the outage, want 0", len(dead))
+		}
+		if delivered := h.waitOutcomes(6, 0, outcomeIs(OutcomeDelivered)); len(delivered) != 6 {
+			return fmt.Errorf("%d of 6 delivered after the outage", len(delivered))
+		}
+		h.quiet("r")
+		return nil
+	}
+	if err := check(t, faults{}); err != nil {
+		t.Fatal(err)
+	}
+	expectBroken(t, "open breaker spends the delivery budget", func(t testing.TB) error {
+		return check(t, faults{noHold: true})
+	})
+}
+
+// A dead letter that cannot be stored leaves the message for redelivery;
+// once the dead-letter stream is back, it lands exactly once.
+func TestDeadLetterStreamUnavailable(t *testing.T) {
+	check := func(t testing.TB, f faults) error {
+		sink := sinktest.New(t, sinktest.Always(400))
+		cfg := testConfig(t, `
+destinations:
+  d:
+    url: %s
+`+routeYAML, sink.URL(), 100, "50ms")
+		h := startBridge(t, cfg, f)
+		ctx := context.Background()
+		if err := h.js.DeleteStream(ctx, cfg.DeadLetter.Stream); err != nil {
+			t.Fatalf("delete dead-letter stream: %v", err)
+		}
+		h.publish("events.info.x", "e1", []byte(`{}`), nil)
+		if got := h.waitOutcomes(2, 3*time.Second, outcomeIs(OutcomeRedeliveryScheduled)); len(got) != 2 {
+			return fmt.Errorf("the message was not kept for redelivery while the dead-letter stream was missing (outcomes %+v)", h.outcomes())
+		}
+		if _, err := h.js.CreateStream(ctx, deadLetterStreamConfig(cfg.DeadLetter)); err != nil {
+			t.Fatalf("recreate dead-letter stream: %v", err)
+		}
+		h.waitOutcomes(1, 3*time.Second, outcomeIs(OutcomeDeadLettered))
+		h.quiet("r")
+		if dl := h.deadLetters(); len(dl) != 1 || dl[0].Header.Get(HeaderReason) != ReasonRejected {
+			return fmt.Errorf("%d dead letters after the stream came back, want exactly 1 (rejected)", len(dl))
+		}
+		return nil
+	}
+	if err := check(t, faults{}); err != nil {
+		t.Fatal(err)
+	}
+	expectBroken(t, "terminate without a stored dead letter", func(t testing.TB) error {
+		return check(t, faults{termWithoutDeadLetter: true})
+	})
+}
+
+func countOf(xs []string, x string) int {
+	n := 0
+	for _, s := range xs {
+		if strings.EqualFold(s, x) {
+			n++
+		}
+	}
+	return n
+}
