@@ -45,12 +45,16 @@ func newRoute(b *Bridge, rc *config.Route, d *destination) *route {
 	for i, d := range rc.Backoff {
 		backoff[i] = d.D()
 	}
+	maxDeliver := rc.MaxDeliver
+	if b.faults.maxDeliverOffByOne {
+		maxDeliver++
+	}
 	return &route{
 		b:    b,
 		cfg:  rc,
 		dest: d,
 		policy: SettlePolicy{
-			MaxDeliver:        rc.MaxDeliver,
+			MaxDeliver:        maxDeliver,
 			Backoff:           backoff,
 			RedeliverStatuses: rc.RedeliverStatuses,
 			MaxRetryAfter:     rc.MaxRetryAfter.D(),
@@ -215,11 +219,7 @@ func (r *route) deliver(stop, work context.Context, p *payload, log zerolog.Logg
 
 // settle applies the decision for the message, then reports it.
 func (r *route) settle(m jetstream.Msg, ev *event, failure error, tries int, log zerolog.Logger) {
-	policy := r.policy
-	if r.b.faults.maxDeliverOffByOne {
-		policy.MaxDeliver++
-	}
-	s := Decide(failure, ev.Delivered, policy)
+	s := Decide(failure, ev.Delivered, r.policy)
 	out := Settled{
 		Route: r.cfg.Name, Destination: r.dest.name, Stream: ev.Stream, Seq: ev.Seq,
 		Delivered: ev.Delivered, EventID: ev.ID, Tries: tries, Err: failure,

@@ -19,6 +19,7 @@ const usage = `usage: bridge [command] [flags]
 commands:
   run      run the bridge until SIGINT/SIGTERM (the default)
   check    validate the configuration and print the routing table
+  receive  a local webhook receiver for trying the bridge
   version  print version information
 
 Every command takes --config FILE (default $BRIDGE_CONFIG).
@@ -54,6 +55,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdRun(args, stdout, stderr)
 	case "check":
 		err = cmdCheck(args, stdout, stderr)
+	case "receive":
+		err = cmdReceive(args, stdout, stderr)
 	case "version":
 		err = cmdVersion(args, stdout)
 	case "help":

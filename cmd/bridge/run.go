@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -65,8 +66,9 @@ type natsConn struct {
 	srv    *embedded.Server
 	nc     *nats.Conn
 	js     jetstream.JetStream
-	closed chan struct{} // closed by the client once the connection is closed
-	log    zerolog.Logger
+	closed  chan struct{} // closed by the client once the connection is closed
+	closing atomic.Bool   // set before a deliberate close: no "reconnecting" log
+	log     zerolog.Logger
 }
 
 // openNATS starts the embedded server when nats.url is empty, then
@@ -88,7 +90,7 @@ func openNATS(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*nat
 		log.Info().Str("listen", srv.Addr()).Str("store_dir", cfg.NATS.Embedded.StoreDir).
 			Str("server_version", srv.Version()).Msg("embedded JetStream started")
 	}
-	opts, err := natsOptions(cfg.NATS, log)
+	opts, err := natsOptions(cfg.NATS, log, &c.closing)
 	opts = append(opts, nats.ClosedHandler(func(*nats.Conn) { close(c.closed) }))
 	if err != nil {
 		c.close()
@@ -109,6 +111,7 @@ func openNATS(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*nat
 
 func (c *natsConn) close() {
 	if c.nc != nil {
+		c.closing.Store(true)
 		// Drain flushes the last acks before closing.
 		if err := c.nc.Drain(); err != nil {
 			c.nc.Close()
@@ -127,13 +130,16 @@ func (c *natsConn) close() {
 
 // natsOptions maps the nats section to client options: authentication,
 // TLS, and reconnection forever with backoff.
-func natsOptions(nc config.NATS, log zerolog.Logger) ([]nats.Option, error) {
+func natsOptions(nc config.NATS, log zerolog.Logger, closing *atomic.Bool) ([]nats.Option, error) {
 	opts := []nats.Option{
 		nats.Name(nc.Name),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(500 * time.Millisecond),
 		nats.ReconnectJitter(250*time.Millisecond, time.Second),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if closing.Load() {
+				return
+			}
 			ev := log.Warn()
 			if err != nil {
 				ev = ev.Str("error", err.Error())
