@@ -63,9 +63,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 // natsConn is the connection to JetStream, with the embedded server behind
 // it when the configuration names no URL.
 type natsConn struct {
-	srv    *embedded.Server
-	nc     *nats.Conn
-	js     jetstream.JetStream
+	srv     *embedded.Server
+	nc      *nats.Conn
+	js      jetstream.JetStream
 	closed  chan struct{} // closed by the client once the connection is closed
 	closing atomic.Bool   // set before a deliberate close: no "reconnecting" log
 	log     zerolog.Logger
