@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -97,7 +98,7 @@ func startBridgeOn(t testing.TB, srv *natstest.Server, cfg *config.Config, f fau
 	})
 	t.Cleanup(func() {
 		h.stop()
-		if t.Failed() {
+		if t.Failed() || os.Getenv("JETBRIDGE_TEST_LOGS") != "" {
 			t.Logf("bridge logs:\n%s", h.logs.String())
 		}
 	})

@@ -30,8 +30,7 @@ var eventFlags = []string{"subject", "type", "severity", "id", "meta"}
 // publishJSONL publishes one event per line, in order, and stops at the
 // first line that is invalid or fails to publish.
 func publishJSONL(o *options, pos []string, stdin io.Reader, stdout io.Writer) error {
-	switch {
-	case len(pos) > 0 || o.set["file"]:
+	if len(pos) > 0 || o.set["file"] {
 		return usagef("--jsonl cannot be combined with PAYLOAD or --file")
 	}
 	for _, name := range eventFlags {
