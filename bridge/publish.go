@@ -26,7 +26,7 @@ type Event struct {
 	// Type is the event type, e.g. "order.created". Without Subject, the
 	// subject is <root>.<severity>.<type>.
 	Type string
-	// Severity defaults to INFO.
+	// Severity defaults to the subject's severity token, else INFO.
 	Severity subjects.Severity
 	// Subject, when set, is used as is; Type then defaults to the type the
 	// subject scheme derives from it.
@@ -70,6 +70,9 @@ func (p *Publisher) Message(ev Event) (*nats.Msg, error) {
 	sev := ev.Severity
 	if sev == "" {
 		sev = subjects.Info
+		if ev.Subject != "" {
+			_, sev = subjects.Describe(ev.Subject)
+		}
 	}
 	sev, err := subjects.ParseSeverity(string(sev))
 	if err != nil {

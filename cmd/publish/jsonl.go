@@ -129,8 +129,6 @@ func decodeLine(line []byte) (bridge.Event, error) {
 			return bridge.Event{}, fmt.Errorf("severity %w", err)
 		}
 		sev = s
-	case l.Subject != "":
-		_, sev = subjects.Describe(l.Subject)
 	}
 	payload := []byte(l.Payload)
 	if l.Payload == nil {

@@ -233,7 +233,7 @@ func (o *options) event(pos []string) (bridge.Event, error) {
 		return bridge.Event{}, &usageError{msg: "--severity: " + err.Error()}
 	}
 	if o.subject != "" && !o.set["severity"] {
-		_, sev = subjects.Describe(o.subject)
+		sev = "" // the publisher's default: the subject's severity, else INFO
 	}
 	if o.subject != "" {
 		if err := subjects.ValidateSubject(o.subject); err != nil {
