@@ -57,6 +57,7 @@ type Bridge struct {
 	log    zerolog.Logger
 	dests  map[string]*destination
 	routes []*route
+	idem   *reservations // nil unless a route has idempotency; set by Provision
 	ready  chan struct{} // closed once provisioned and pulling
 	faults faults        // zero in production; see faults.go
 }
@@ -119,7 +120,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	drained := make(chan struct{})
 	go func() { workers.Wait(); close(drained) }()
 	grace := b.cfg.ShutdownTimeout.D()
-	b.log.Info().Dur("shutdown_timeout", grace).Msg("stopped pulling; draining in-flight attempts")
+	b.log.Info().Str("shutdown_timeout", grace.String()).Msg("stopped pulling; draining in-flight attempts")
 	t := time.NewTimer(grace)
 	defer t.Stop()
 	select {

@@ -168,7 +168,8 @@ func (r *route) handle(stop, work context.Context, m jetstream.Msg) {
 		return
 	}
 	log := r.log.With().Uint64("stream_seq", ev.Seq).Uint64("delivered", ev.Delivered).Logger()
-	stopProgress := r.progress(m)
+	var held atomic.Pointer[lease] // the idempotency reservation, refreshed with progress acks
+	stopProgress := r.progress(m, &held)
 	defer stopProgress()
 
 	tries := 0
@@ -179,7 +180,15 @@ func (r *route) handle(stop, work context.Context, m jetstream.Msg) {
 	if failure == nil {
 		var p *payload
 		if p, failure = buildPayload(ev, r.dest); failure == nil {
-			tries, failure = r.deliver(stop, work, p, log)
+			var l *lease
+			if r.b.idem != nil && r.cfg.Idempotency {
+				l, failure = r.reserve(stop, ev)
+				held.Store(l)
+			}
+			if failure == nil {
+				tries, failure = r.deliver(stop, work, p, log)
+				failure = r.record(l, ev, failure, log)
+			}
 		}
 	}
 	if failure != nil {
@@ -217,6 +226,56 @@ func (r *route) deliver(stop, work context.Context, p *payload, log zerolog.Logg
 	}
 }
 
+// reserve takes the event's idempotency reservation. While another message
+// with the same event id is being delivered, it waits (progress acks keep
+// this message) for that delivery's outcome: done makes this one a
+// duplicate, a release lets it reserve.
+func (r *route) reserve(stop context.Context, ev *event) (*lease, error) {
+	key := reservationKey(r.cfg.Name, ev.ID)
+	me := holder{stream: ev.Stream, seq: ev.Seq, delivered: ev.Delivered}
+	for {
+		ctx, cancel := context.WithTimeout(stop, settleTimeout)
+		l, err := r.b.idem.Reserve(ctx, key, me, r.cfg.AckWait.D())
+		cancel()
+		var dup *DuplicateEventError
+		switch {
+		case errors.As(err, &dup):
+			dup.EventID = ev.ID
+			return nil, err
+		case !errors.Is(err, errReserved):
+			return l, err
+		}
+		if sleep(stop, reservePoll); stop.Err() != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInterrupted, err)
+		}
+	}
+}
+
+// record closes the reservation after the attempt: done after a 2xx (before
+// the ack, so a lost ack is recognised on redelivery), released after any
+// failure (so a failed delivery never consumes the event id).
+func (r *route) record(l *lease, ev *event, failure error, log zerolog.Logger) error {
+	if l == nil {
+		return failure
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	defer cancel()
+	if failure != nil {
+		if r.b.faults.keepReservationOnFailure {
+			return failure
+		}
+		if err := l.release(ctx); err != nil {
+			log.Warn().Str("error", err.Error()).Msg("idempotency reservation not released; it expires after ack_wait")
+		}
+		return failure
+	}
+	h := holder{stream: ev.Stream, seq: ev.Seq, delivered: ev.Delivered}
+	if err := l.done(ctx, h); err != nil {
+		log.Warn().Str("error", err.Error()).Msg("delivered, but not recorded as done: a redelivery would be sent again")
+	}
+	return nil
+}
+
 // settle applies the decision for the message, then reports it.
 func (r *route) settle(m jetstream.Msg, ev *event, failure error, tries int, log zerolog.Logger) {
 	s := Decide(failure, ev.Delivered, r.policy)
@@ -233,6 +292,9 @@ func (r *route) settle(m jetstream.Msg, ev *event, failure error, tries int, log
 		var dup *DuplicateEventError
 		if errors.As(failure, &dup) {
 			out.Outcome = OutcomeDuplicateSkipped
+		}
+		if r.b.faults.beforeAck != nil {
+			r.b.faults.beforeAck()
 		}
 		err = m.DoubleAck(ctx)
 		log.Debug().Int("tries", tries).Str("outcome", out.Outcome).Msg("settled")
@@ -266,8 +328,8 @@ func (r *route) settle(m jetstream.Msg, ev *event, failure error, tries int, log
 
 // progress sends InProgress every third of ack_wait until stopped, so a long
 // attempt (or a message held by an open breaker) is never redelivered to
-// another replica meanwhile.
-func (r *route) progress(m jetstream.Msg) (stop func()) {
+// another replica meanwhile; it refreshes the idempotency reservation too.
+func (r *route) progress(m jetstream.Msg, held *atomic.Pointer[lease]) (stop func()) {
 	if r.b.faults.noProgress {
 		return func() {}
 	}
@@ -283,6 +345,13 @@ func (r *route) progress(m jetstream.Msg) (stop func()) {
 				return
 			case <-t.C:
 				_ = m.InProgress()
+				if l := held.Load(); l != nil {
+					ctx, cancel := context.WithTimeout(context.Background(), every)
+					if err := l.refresh(ctx); err != nil {
+						r.log.Warn().Str("error", err.Error()).Msg("idempotency reservation not refreshed")
+					}
+					cancel()
+				}
 			}
 		}
 	})

@@ -16,7 +16,8 @@ const provisionTimeout = 10 * time.Second
 
 // Provision creates or updates the source stream (unless stream.create is
 // false, in which case it must exist and is never changed), the dead-letter
-// stream and one durable pull consumer per route. Every call is idempotent,
+// stream, the idempotency bucket (when a route uses it) and one durable
+// pull consumer per route. Every call is idempotent,
 // so several bridges may provision at the same moment.
 func (b *Bridge) Provision(ctx context.Context) error {
 	sc := b.cfg.Stream
@@ -42,6 +43,28 @@ func (b *Bridge) Provision(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("bridge: dead-letter stream %s: %w", b.cfg.DeadLetter.Stream, err)
 	}
+	if b.needsIdempotency() {
+		var kv jetstream.KeyValue
+		if err := apiCall(ctx, func(ctx context.Context) error {
+			var err error
+			kv, err = b.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+				Bucket:      b.cfg.Idempotency.Bucket,
+				Description: "jetbridge delivered event ids",
+				TTL:         b.cfg.Idempotency.TTL.D(),
+				History:     1,
+				Storage:     jetstream.FileStorage,
+				Replicas:    sc.Replicas,
+			})
+			return err
+		}); err != nil {
+			return fmt.Errorf("bridge: idempotency bucket %s: %w", b.cfg.Idempotency.Bucket, err)
+		}
+		b.idem = newReservations(kv)
+		b.idem.noTakeover = b.faults.noTakeover
+		if b.faults.reserveCreate != nil {
+			b.idem.create = b.faults.reserveCreate(kv)
+		}
+	}
 	for _, r := range b.routes {
 		var cons jetstream.Consumer
 		if err := apiCall(ctx, func(ctx context.Context) error {
@@ -54,6 +77,18 @@ func (b *Bridge) Provision(ctx context.Context) error {
 		r.cons = cons
 	}
 	return nil
+}
+
+func (b *Bridge) needsIdempotency() bool {
+	if b.cfg.Idempotency.Bucket == "" {
+		return false
+	}
+	for _, r := range b.routes {
+		if r.cfg.Idempotency {
+			return true
+		}
+	}
+	return false
 }
 
 func apiCall(ctx context.Context, f func(context.Context) error) error {

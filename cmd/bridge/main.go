@@ -58,7 +58,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "receive":
 		err = cmdReceive(args, stdout, stderr)
 	case "version":
-		err = cmdVersion(args, stdout)
+		err = cmdVersion(args, stdout, stderr)
 	case "help":
 		fmt.Fprint(stdout, usage)
 	default:
@@ -89,9 +89,12 @@ func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
+				fs.SetOutput(os.Stdout)
+				fmt.Fprintf(os.Stdout, "usage of %s:\n", fs.Name())
+				fs.PrintDefaults()
 				return nil, err
 			}
-			return nil, &exitError{code: 2} // flag already printed the error and usage
+			return nil, &exitError{code: 2, msg: strings.TrimPrefix(fs.Name(), "bridge ") + ": " + err.Error()}
 		}
 		args = fs.Args()
 		if len(args) == 0 {
@@ -105,10 +108,13 @@ func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// newFlagSet returns a FlagSet that prints its errors to stderr.
+// newFlagSet returns a FlagSet that reports a bad flag in one line on
+// stderr ("bridge run: flag provided but not defined: -x"); -h prints the
+// flags.
 func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("bridge "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	return fs
 }
 

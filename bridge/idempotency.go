@@ -1,0 +1,177 @@
+package bridge
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Reservation states, as stored in the bucket.
+const (
+	stateInFlight = "inflight"
+	stateDone     = "done"
+)
+
+// reservePoll is how often a message whose event id is in flight on
+// another message re-reads the reservation.
+const reservePoll = 100 * time.Millisecond
+
+// reservations is the consumer-side idempotency store: one key per route
+// and event id in a JetStream key-value bucket, shared by every replica and
+// surviving restarts. A key is created (atomically: exactly one of many
+// concurrent callers wins) before the first HTTP try, becomes "done" after a
+// 2xx, and is deleted on any failure, so that a failed delivery never
+// consumes the event id. Entries expire with the bucket TTL.
+type reservations struct {
+	kv jetstream.KeyValue
+	// create is the atomic step; tests swap it for a deliberately racy one.
+	create     func(ctx context.Context, key string, value []byte) (uint64, error)
+	noTakeover bool // faults.noTakeover
+}
+
+func newReservations(kv jetstream.KeyValue) *reservations {
+	return &reservations{kv: kv, create: func(ctx context.Context, key string, value []byte) (uint64, error) {
+		return kv.Create(ctx, key, value)
+	}}
+}
+
+// reservationKey is <route>.<encoding of the event id>, always a valid key
+// whatever bytes the id holds: base64url for ids up to 96 bytes (readable
+// back), a SHA-256 for longer ones.
+func reservationKey(route, eventID string) string {
+	if len(eventID) <= 96 {
+		return route + ".b." + base64.RawURLEncoding.EncodeToString([]byte(eventID))
+	}
+	sum := sha256.Sum256([]byte(eventID))
+	return route + ".h." + base64.RawURLEncoding.EncodeToString(sum[:])
+}
+
+// holder identifies the message delivery that holds a reservation.
+type holder struct {
+	state     string
+	stream    string
+	seq       uint64
+	delivered uint64
+}
+
+func (h holder) encode() []byte {
+	return []byte(h.state + " " + h.stream + " " + strconv.FormatUint(h.seq, 10) + " " + strconv.FormatUint(h.delivered, 10))
+}
+
+func parseHolder(b []byte) (holder, error) {
+	f := strings.Fields(string(b))
+	if len(f) != 4 || (f[0] != stateInFlight && f[0] != stateDone) {
+		return holder{}, fmt.Errorf("bridge: unreadable reservation %q", b)
+	}
+	seq, err1 := strconv.ParseUint(f[2], 10, 64)
+	n, err2 := strconv.ParseUint(f[3], 10, 64)
+	if err1 != nil || err2 != nil {
+		return holder{}, fmt.Errorf("bridge: unreadable reservation %q", b)
+	}
+	return holder{state: f[0], stream: f[1], seq: seq, delivered: n}, nil
+}
+
+// errReserved is what Reserve returns while another message holds a fresh
+// in-flight reservation for the same event id.
+var errReserved = errors.New("event id reserved by another delivery")
+
+// lease is a won reservation. Its owner refreshes it while the attempt runs
+// (so that it never looks abandoned), then marks it done or releases it.
+type lease struct {
+	s      *reservations
+	key    string
+	value  []byte
+	mu     sync.Mutex
+	rev    uint64
+	closed bool
+}
+
+// Reserve tries once to take the reservation of the event for the message
+// delivery me. It returns a lease when it wins; a *DuplicateEventError when
+// the event was already delivered; errReserved when another message holds a
+// fresh in-flight reservation. An in-flight reservation is taken over (by
+// compare-and-swap, so again exactly one winner) when it is older than
+// stale, or when it is held by an earlier delivery of this same message:
+// the broker redelivers a message only once that delivery has lost it.
+func (s *reservations) Reserve(ctx context.Context, key string, me holder, stale time.Duration) (*lease, error) {
+	me.state = stateInFlight
+	value := me.encode()
+	for {
+		rev, err := s.create(ctx, key, value)
+		if err == nil {
+			return &lease{s: s, key: key, value: value, rev: rev}, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return nil, fmt.Errorf("bridge: reserve: %w", err)
+		}
+		e, err := s.kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue // released meanwhile: race for it again
+		}
+		if err != nil {
+			return nil, fmt.Errorf("bridge: read reservation: %w", err)
+		}
+		h, err := parseHolder(e.Value())
+		if err != nil {
+			return nil, err
+		}
+		if h.state == stateDone {
+			return nil, &DuplicateEventError{}
+		}
+		sameMessage := h.stream == me.stream && h.seq == me.seq
+		abandoned := sameMessage && h.delivered < me.delivered || time.Since(e.Created()) > stale
+		if !abandoned || s.noTakeover {
+			return nil, errReserved
+		}
+		rev, err = s.kv.Update(ctx, key, value, e.Revision())
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+			continue // someone else moved first: look again
+		}
+		if err != nil {
+			return nil, fmt.Errorf("bridge: take over reservation: %w", err)
+		}
+		return &lease{s: s, key: key, value: value, rev: rev}, nil
+	}
+}
+
+// refresh rewrites the in-flight value so the reservation stays fresh.
+func (l *lease) refresh(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil
+	}
+	rev, err := l.s.kv.Update(ctx, l.key, l.value, l.rev)
+	if err != nil {
+		return err
+	}
+	l.rev = rev
+	return nil
+}
+
+// done records the delivery: later deliveries of the event are skipped.
+func (l *lease) done(ctx context.Context, h holder) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	h.state = stateDone
+	_, err := l.s.kv.Update(ctx, l.key, h.encode(), l.rev)
+	return err
+}
+
+// release deletes the reservation (only if it is still ours), so that the
+// next delivery of the event can reserve it again.
+func (l *lease) release(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	return l.s.kv.Delete(ctx, l.key, jetstream.LastRevision(l.rev))
+}

@@ -1,0 +1,10 @@
+// Package test holds jetbridge's black-box end-to-end scenarios. They build
+// the real binaries, run them as child processes on loopback (an embedded
+// JetStream, a local HTTP sink as the destination) and observe only what a
+// user can: exit codes, output, NATS state and the HTTP requests that
+// arrive.
+//
+// Invariants: every process a scenario starts is killed and reaped in
+// t.Cleanup; every file it writes is under t.TempDir(); scenarios wait on
+// conditions, never on the clock.
+package test
