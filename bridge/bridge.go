@@ -58,8 +58,10 @@ type Bridge struct {
 	dests  map[string]*destination
 	routes []*route
 	idem   *reservations // nil unless a route has idempotency; set by Provision
-	ready  chan struct{} // closed once provisioned and pulling
-	faults faults        // zero in production; see faults.go
+	// advisoryCons reads the stored MAX_DELIVERIES advisories; set by Provision.
+	advisoryCons jetstream.Consumer
+	ready        chan struct{} // closed once provisioned and pulling
+	faults       faults        // zero in production; see faults.go
 }
 
 // New builds a Bridge from a validated configuration. It does no I/O:
@@ -112,6 +114,9 @@ func (b *Bridge) Run(ctx context.Context) error {
 	var loops, workers sync.WaitGroup
 	for _, r := range b.routes {
 		loops.Go(func() { r.pull(ctx, work, &workers) })
+	}
+	if !b.faults.ignoreAdvisories {
+		loops.Go(func() { b.advisories(ctx, b.advisoryCons) })
 	}
 	close(b.ready)
 	b.log.Info().Int("routes", len(b.routes)).Msg("bridge running")

@@ -300,7 +300,7 @@ func (r *route) settle(m jetstream.Msg, ev *event, failure error, tries int, log
 		log.Debug().Int("tries", tries).Str("outcome", out.Outcome).Msg("settled")
 	case DeadLetter:
 		out.Outcome, out.Reason = OutcomeDeadLettered, s.Reason
-		if derr := r.deadLetter(ctx, m, ev, s.Reason, failure); derr != nil && !r.b.faults.termWithoutDeadLetter {
+		if derr := r.deadLetter(ctx, m.Headers(), m.Data(), ev, s.Reason, failure); derr != nil && !r.b.faults.termWithoutDeadLetter {
 			// Never terminate without a stored dead letter: try again later.
 			out.Outcome, out.Reason = OutcomeRedeliveryScheduled, ""
 			out.Delay = r.policy.backoff(ev.Delivered)

@@ -38,9 +38,9 @@ func DeadLetterMsgID(route, stream string, seq uint64) string {
 
 // deadLetter stores the message on the dead-letter stream and returns only
 // once JetStream acknowledged it (or failed to).
-func (r *route) deadLetter(ctx context.Context, m jetstream.Msg, ev *event, reason string, failure error) error {
-	h := make(nats.Header, len(m.Headers())+12)
-	for k, vs := range m.Headers() {
+func (r *route) deadLetter(ctx context.Context, orig nats.Header, data []byte, ev *event, reason string, failure error) error {
+	h := make(nats.Header, len(orig)+12)
+	for k, vs := range orig {
 		// The original Nats-Msg-Id would make the dead letter of a second
 		// route a "duplicate"; expectations do not apply to a copy.
 		if k == jetstream.MsgIDHeader || strings.HasPrefix(k, "Nats-Expected-") || strings.HasPrefix(k, "Bridge-") {
@@ -70,7 +70,7 @@ func (r *route) deadLetter(ctx context.Context, m jetstream.Msg, ev *event, reas
 	_, err := r.b.js.PublishMsg(ctx, &nats.Msg{
 		Subject: subjects.DeadLetter(dl.SubjectPrefix, r.cfg.Name, ev.Subject),
 		Header:  h,
-		Data:    m.Data(),
+		Data:    data,
 	}, jetstream.WithExpectStream(dl.Stream))
 	return err
 }

@@ -19,6 +19,7 @@ type faults struct {
 	beforeAck                func()
 	keepReservationOnFailure bool // a failed delivery leaves its reservation behind
 	noTakeover               bool // an in-flight reservation is never taken over
+	ignoreAdvisories         bool // MAX_DELIVERIES advisories are not processed
 
 	transportRetryStatuses  bool // the transport retry also retries 5xx responses
 	transportRetryOnlyOn5xx bool // the transport retry handles statuses only, so transport errors pass unretried

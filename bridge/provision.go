@@ -16,8 +16,9 @@ const provisionTimeout = 10 * time.Second
 
 // Provision creates or updates the source stream (unless stream.create is
 // false, in which case it must exist and is never changed), the dead-letter
-// stream, the idempotency bucket (when a route uses it) and one durable
-// pull consumer per route. Every call is idempotent,
+// stream, the stream that keeps MAX_DELIVERIES advisories (see
+// advisory.go), the idempotency bucket (when a route uses it) and one
+// durable pull consumer per route. Every call is idempotent,
 // so several bridges may provision at the same moment.
 func (b *Bridge) Provision(ctx context.Context) error {
 	sc := b.cfg.Stream
@@ -42,6 +43,21 @@ func (b *Bridge) Provision(ctx context.Context) error {
 		return err
 	}); err != nil {
 		return fmt.Errorf("bridge: dead-letter stream %s: %w", b.cfg.DeadLetter.Stream, err)
+	}
+	if err := apiCall(ctx, func(ctx context.Context) error {
+		if _, err := b.js.CreateOrUpdateStream(ctx, advisoryStreamConfig(b.cfg.DeadLetter, sc.Name)); err != nil {
+			return err
+		}
+		cons, err := b.js.CreateOrUpdateConsumer(ctx, AdvisoryStreamName(b.cfg.DeadLetter), jetstream.ConsumerConfig{
+			Durable:     advisoryConsumer,
+			Description: "jetbridge: dead-letters what JetStream gave up on",
+			AckPolicy:   jetstream.AckExplicitPolicy,
+			AckWait:     30 * time.Second,
+		})
+		b.advisoryCons = cons
+		return err
+	}); err != nil {
+		return fmt.Errorf("bridge: advisory stream %s: %w", AdvisoryStreamName(b.cfg.DeadLetter), err)
 	}
 	if b.needsIdempotency() {
 		var kv jetstream.KeyValue

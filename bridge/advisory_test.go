@@ -1,0 +1,137 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sotercare/jetbridge/internal/natstest"
+	"github.com/sotercare/jetbridge/internal/sinktest"
+)
+
+const maxDeliverRoute = `
+destinations:
+  d:
+    url: %s
+routes:
+  - name: r
+    subjects: ["events.>"]
+    destination: d
+    max_deliver: %d
+    ack_wait: 1s
+`
+
+// The bridge dies during the final allowed delivery (the destination hangs);
+// after ack_wait the restarted bridge receives the extra delivery the
+// server keeps (MaxDeliver = max_deliver + 1) and dead-letters it, once.
+func TestKilledDuringFinalDeliveryThenRestarted(t *testing.T) {
+	sink := sinktest.New(t, func(sinktest.Request) sinktest.Response { return sinktest.Response{Hang: true} })
+	yaml := fmt.Sprintf(maxDeliverRoute, sink.URL(), 1)
+	srv := natstest.Start(t)
+	child := natstest.StartChild(t, "TestChildBridge", "bridge",
+		"JETBRIDGE_TEST_NATS_URL="+srv.URL(), "JETBRIDGE_TEST_CONFIG="+yaml)
+	natstest.Eventually(t, 20*time.Second, func() error {
+		if !strings.Contains(child.Output(), "child bridge ready") {
+			return errors.New("child bridge not ready")
+		}
+		return nil
+	})
+	_, js := natstest.Connect(t, srv.URL())
+	if _, err := js.Publish(context.Background(), "events.info.x", []byte(`{}`), jetstream.WithMsgID("e1")); err != nil {
+		t.Fatal(err)
+	}
+	sink.WaitCount(t, 1, settleWait)
+	child.Kill()
+
+	h := startBridgeOn(t, srv, testConfig(t, "%s", yaml), faults{})
+	out := h.waitOutcomes(1, settleWait, outcomeIs(OutcomeDeadLettered))
+	h.quiet("r")
+	if len(out) != 1 || out[0].Reason != ReasonMaxDeliveries || out[0].Delivered != 2 {
+		t.Fatalf("outcomes %+v, want one dead letter max-deliveries on delivery 2", h.outcomes())
+	}
+	if n := sink.Count(); n != 1 {
+		t.Fatalf("destination received %d requests, want only the hung one", n)
+	}
+	if dl := h.deadLetters(); len(dl) != 1 || dl[0].Header.Get(HeaderReason) != ReasonMaxDeliveries {
+		t.Fatalf("%d dead letters, want exactly 1 with reason max-deliveries", len(dl))
+	}
+}
+
+// A message's deliveries all went unsettled while no bridge was there to
+// settle them: JetStream gives up on it (on the next pull it announces a
+// MAX_DELIVERIES advisory instead of a delivery). The advisory stream keeps
+// the advisory and the bridge dead-letters the message, once.
+func TestMaxDeliveriesAdvisoryWhileNoBridgeRuns(t *testing.T) {
+	check := func(t testing.TB, f faults) error {
+		sink := sinktest.New(t, sinktest.Always(200))
+		cfg := testConfig(t, maxDeliverRoute, sink.URL(), 2)
+		srv := natstest.Start(t)
+		_, js := natstest.Connect(t, srv.URL())
+		pre, err := newBridge(cfg, js, Options{}, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		if err := pre.Provision(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := js.Publish(ctx, "events.info.x", []byte(`{"n":1}`), jetstream.WithMsgID("e1")); err != nil {
+			t.Fatal(err)
+		}
+		// Three deliveries (max_deliver + 1) that nobody settles, as if the
+		// bridges receiving them had died.
+		cons := pre.routes[0].cons
+		for i := 1; i <= 3; i++ {
+			b, err := cons.Fetch(1, jetstream.FetchMaxWait(3*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for range b.Messages() {
+				n++
+			}
+			if n != 1 {
+				t.Fatalf("delivery %d: got %d messages", i, n)
+			}
+		}
+		adv, err := js.Stream(ctx, AdvisoryStreamName(cfg.DeadLetter))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := startBridgeOn(t, srv, cfg, f)
+		h.waitOutcomes(1, 5*time.Second, outcomeIs(OutcomeDeadLettered))
+		dl := h.deadLetters()
+		if len(dl) != 1 {
+			return fmt.Errorf("%d dead letters, want exactly 1", len(dl))
+		}
+		if got := dl[0].Header.Get(HeaderReason); got != ReasonMaxDeliveries {
+			return fmt.Errorf("reason %q, want max-deliveries", got)
+		}
+		if got := dl[0].Header.Get(HeaderDeliveries); got != "3" {
+			return fmt.Errorf("Bridge-Deliveries %q, want 3", got)
+		}
+		if string(dl[0].Data) != `{"n":1}` || dl[0].Header.Get(HeaderEventID) != "e1" {
+			return fmt.Errorf("dead letter payload or Event-Id wrong")
+		}
+		if n := sink.Count(); n != 0 {
+			return fmt.Errorf("destination received %d requests, want 0", n)
+		}
+		natstest.Eventually(t, 5*time.Second, func() error {
+			info, err := adv.Info(ctx)
+			if err != nil || info.State.Msgs != 0 {
+				return fmt.Errorf("advisory still stored after processing")
+			}
+			return nil
+		})
+		return nil
+	}
+	if err := check(t, faults{}); err != nil {
+		t.Fatal(err)
+	}
+	expectBroken(t, "advisories ignored", func(t testing.TB) error { return check(t, faults{ignoreAdvisories: true}) })
+}
