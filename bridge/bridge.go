@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/sotercare/jetbridge/config"
@@ -46,6 +48,8 @@ type Options struct {
 	OnSettle func(Settled)
 	// OnBreaker, if set, is called on every circuit breaker transition.
 	OnBreaker func(destination string, from, to BreakerState)
+	// Registerer, if set, receives the bridge's Prometheus series (CONTRACT 5).
+	Registerer prometheus.Registerer
 }
 
 // Bridge delivers the messages of every configured route to its
@@ -57,10 +61,12 @@ type Bridge struct {
 	log    zerolog.Logger
 	dests  map[string]*destination
 	routes []*route
+	m      *metrics
 	idem   *reservations // nil unless a route has idempotency; set by Provision
 	// advisoryCons reads the stored MAX_DELIVERIES advisories; set by Provision.
 	advisoryCons jetstream.Consumer
 	ready        chan struct{} // closed once provisioned and pulling
+	provisionErr atomic.Value  // the last provisioning error while Run retries
 	faults       faults        // zero in production; see faults.go
 }
 
@@ -80,8 +86,19 @@ func newBridge(cfg *config.Config, js jetstream.JetStream, opts Options, f fault
 		log:    opts.Logger,
 		dests:  make(map[string]*destination, len(cfg.Destinations)),
 	}
+	m, err := newMetrics(opts.Registerer, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("bridge: metrics: %w", err)
+	}
+	b.m = m
+	onBreaker := func(dest string, from, to BreakerState) {
+		m.circuit.WithLabelValues(dest).Set(float64(to))
+		if opts.OnBreaker != nil {
+			opts.OnBreaker(dest, from, to)
+		}
+	}
 	for name, dc := range cfg.Destinations {
-		d, err := newDestination(dc, b.log, opts.OnBreaker, f)
+		d, err := newDestination(dc, b.log, onBreaker, m, f)
 		if err != nil {
 			return nil, err
 		}
@@ -103,8 +120,19 @@ func newBridge(cfg *config.Config, js jetstream.JetStream, opts Options, f fault
 // JetStream for a prompt redelivery), settles every message it holds and
 // returns. It returns nil after a clean shutdown.
 func (b *Bridge) Run(ctx context.Context) error {
-	if err := b.Provision(ctx); err != nil {
-		return err
+	// Provisioning is retried until it succeeds: a broker that is not
+	// reachable yet (or restarting) is a reason to wait, not to exit.
+	for failures := 1; ; failures++ {
+		err := b.Provision(ctx)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		b.provisionErr.Store(err)
+		b.log.Error().Str("error", err.Error()).Int("failures", failures).Msg("provisioning failed; retrying")
+		sleep(ctx, retryPause(failures))
 	}
 	// Attempts run on their own context so that a signal stops the pulling
 	// at once but lets in-flight HTTP requests finish.
@@ -146,6 +174,7 @@ func (b *Bridge) Ready() <-chan struct{} { return b.ready }
 var errShutdownTimeout = errors.New("shutdown timeout")
 
 func (b *Bridge) settled(s Settled) {
+	b.m.observeSettled(s)
 	if b.opts.OnSettle != nil {
 		b.opts.OnSettle(s)
 	}

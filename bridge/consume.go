@@ -79,7 +79,11 @@ func (r *route) pull(ctx, work context.Context, workers *sync.WaitGroup) {
 		if n == 0 {
 			return
 		}
-		if r.dest.state() != BreakerClosed {
+		if st := r.dest.state(); st != BreakerClosed {
+			if st == BreakerOpen && r.dest.breaker.RemainingDelay() > 0 {
+				r.release(n) // it opened while we waited for a slot
+				continue
+			}
 			// Probing: one message at a time, and none while a held
 			// message can serve as the probe.
 			if r.held.Load() > 0 {
@@ -158,7 +162,12 @@ func (r *route) release(n int) {
 // work; a message held by an open breaker is released as soon as stop ends.
 func (r *route) handle(stop, work context.Context, m jetstream.Msg) {
 	r.inFlight.Add(1)
-	defer r.inFlight.Add(-1)
+	gauge := r.b.m.inFlight.WithLabelValues(r.cfg.Name)
+	gauge.Inc()
+	defer func() {
+		r.inFlight.Add(-1)
+		gauge.Dec()
+	}()
 
 	ev, err := parseEvent(m)
 	if ev == nil {
@@ -310,12 +319,12 @@ func (r *route) settle(m jetstream.Msg, ev *event, failure error, tries int, log
 			break
 		}
 		err = m.TermWithReason("jetbridge: " + s.Reason)
-		log.Warn().Str("reason", s.Reason).Str("failure", FailureKind(failure)).Int("tries", tries).
-			Int("status", statusOf(failure)).Msg("dead-lettered")
+		withStatus(log.Warn().Str("reason", s.Reason).Str("failure", FailureKind(failure)).Int("tries", tries), failure).
+			Msg("dead-lettered")
 	default: // Redeliver; Hold never reaches here (deliver resolves it)
 		out.Outcome, out.Delay = OutcomeRedeliveryScheduled, max(s.Delay, time.Millisecond)
 		err = m.NakWithDelay(out.Delay)
-		log.Info().Str("failure", FailureKind(failure)).Int("status", statusOf(failure)).Int("tries", tries).
+		withStatus(log.Info().Str("failure", FailureKind(failure)).Int("tries", tries), failure).
 			Dur("delay", out.Delay).Msg("redelivery scheduled")
 	}
 	if err != nil {
@@ -356,6 +365,14 @@ func (r *route) progress(m jetstream.Msg, held *atomic.Pointer[lease]) (stop fun
 		}
 	})
 	return func() { close(done); wg.Wait() }
+}
+
+// withStatus adds the HTTP status of failure to a log event, when there is one.
+func withStatus(e *zerolog.Event, failure error) *zerolog.Event {
+	if st := statusOf(failure); st != 0 {
+		return e.Int("status", st)
+	}
+	return e
 }
 
 func statusOf(err error) int {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/sotercare/jetbridge/config"
@@ -28,6 +29,7 @@ type harness struct {
 	cfg  *config.Config
 	b    *Bridge
 	logs *syncBuffer
+	reg  *prometheus.Registry
 
 	mu       sync.Mutex
 	settled  []Settled
@@ -58,9 +60,10 @@ func startBridge(t testing.TB, cfg *config.Config, f faults) *harness {
 func startBridgeOn(t testing.TB, srv *natstest.Server, cfg *config.Config, f faults) *harness {
 	t.Helper()
 	nc, js := natstest.Connect(t, srv.URL())
-	h := &harness{t: t, srv: srv, nc: nc, js: js, cfg: cfg, logs: &syncBuffer{}}
+	h := &harness{t: t, srv: srv, nc: nc, js: js, cfg: cfg, logs: &syncBuffer{}, reg: prometheus.NewRegistry()}
 	b, err := newBridge(cfg, js, Options{
-		Logger: zerolog.New(h.logs).Level(zerolog.DebugLevel),
+		Registerer: h.reg,
+		Logger:     zerolog.New(h.logs).Level(zerolog.DebugLevel),
 		OnSettle: func(s Settled) {
 			h.mu.Lock()
 			h.settled = append(h.settled, s)

@@ -61,6 +61,7 @@ type destination struct {
 	// breakerStatuses are the statuses the breaker counts as failures.
 	breakerStatuses []int
 	faults          faults
+	m               *metrics
 	log             zerolog.Logger
 }
 
@@ -95,8 +96,9 @@ func breakerState(s circuitbreaker.State) BreakerState {
 	return BreakerClosed
 }
 
-func newDestination(cfg *config.Destination, log zerolog.Logger, onState func(dest string, from, to BreakerState), f faults) (*destination, error) {
+func newDestination(cfg *config.Destination, log zerolog.Logger, onState func(dest string, from, to BreakerState), m *metrics, f faults) (*destination, error) {
 	d := &destination{
+		m:       m,
 		faults:  f,
 		name:    cfg.Name,
 		url:     cfg.URL.Value(),
@@ -271,10 +273,13 @@ func (d *destination) try(ctx context.Context, p *payload) (*response, error) {
 	if err != nil {
 		return nil, &TransportError{Destination: d.name, Kind: "request cannot be built"}
 	}
+	start := time.Now()
 	resp, err := d.client.Do(req)
 	if err != nil {
+		d.m.observeTry(d.name, 0, time.Since(start))
 		return nil, transportError(d.name, err)
 	}
+	defer func() { d.m.observeTry(d.name, resp.StatusCode, time.Since(start)) }()
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponseDrain))
 	r := &response{status: resp.StatusCode}

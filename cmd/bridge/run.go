@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"runtime"
@@ -15,6 +18,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/rs/zerolog"
 
 	"github.com/sotercare/jetbridge/bridge"
@@ -49,15 +54,49 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 	}
 	defer conn.close()
 
-	b, err := bridge.New(cfg, conn.js, bridge.Options{Logger: log})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	b, err := bridge.New(cfg, conn.js, bridge.Options{Logger: log, Registerer: reg})
 	if err != nil {
 		return err
 	}
+	stopAdmin, err := serveAdmin(cfg.Admin.Listen, b.AdminHandler(reg), log)
+	if err != nil {
+		return err
+	}
+	defer stopAdmin()
 	if err := b.Run(ctx); err != nil {
 		log.Error().Str("error", err.Error()).Msg("bridge failed")
 		return &exitError{code: 1}
 	}
 	return nil
+}
+
+// serveAdmin serves the admin endpoints on listen ("" disables them) until
+// the returned stop is called.
+func serveAdmin(listen string, h http.Handler, log zerolog.Logger) (stop func(), err error) {
+	if listen == "" {
+		return func() {}, nil
+	}
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return nil, fmt.Errorf("admin.listen %s: %w", listen, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error().Str("error", err.Error()).Msg("admin server failed")
+		}
+	}()
+	log.Info().Str("listen", ln.Addr().String()).Msg("admin endpoints: /healthz /readyz /status /metrics")
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		<-done
+	}, nil
 }
 
 // natsConn is the connection to JetStream, with the embedded server behind
@@ -134,6 +173,7 @@ func natsOptions(nc config.NATS, log zerolog.Logger, closing *atomic.Bool) ([]na
 	opts := []nats.Option{
 		nats.Name(nc.Name),
 		nats.MaxReconnects(-1),
+		nats.RetryOnFailedConnect(true), // a broker not up yet is waited for, like a restart
 		nats.ReconnectWait(500 * time.Millisecond),
 		nats.ReconnectJitter(250*time.Millisecond, time.Second),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {

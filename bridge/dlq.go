@@ -1,0 +1,422 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sotercare/jetbridge/config"
+	"github.com/sotercare/jetbridge/subjects"
+)
+
+// ErrDeadLetterNotFound means the dead-letter stream holds no message with
+// the requested sequence: it never existed, or it was replayed or purged.
+var ErrDeadLetterNotFound = errors.New("bridge: dead letter not found")
+
+// ErrNotReplayable means a dead letter lacks a header that replay needs
+// (Bridge-Original-Subject or Event-Id): it cannot be republished as is.
+var ErrNotReplayable = errors.New("bridge: dead letter cannot be replayed")
+
+// listWait bounds one wait for the next dead letter while listing. When it
+// passes, List asks the server whether anything is still pending, so a dead
+// letter deleted while being listed cannot make List wait forever.
+const listWait = time.Second
+
+// listInactive is how long the server keeps List's ephemeral consumer
+// when the client vanished without deleting it.
+const listInactive = 30 * time.Second
+
+// DLQMessage is one message of the dead-letter stream, decoded from the
+// headers the bridge wrote (CONTRACT 4.3). Fields whose header is absent
+// or unparsable are zero; Header always holds every header as stored.
+type DLQMessage struct {
+	Seq            uint64    // sequence on the dead-letter stream
+	DLQSubject     string    // <prefix>.<route>.<original subject>
+	Stored         time.Time // when the dead-letter stream stored it
+	Route          string    // Bridge-Route
+	Destination    string    // Bridge-Destination
+	Reason         string    // Bridge-Reason: rejected, max-deliveries, invalid-event
+	Failure        string    // Bridge-Failure: transport, downstream-status, ...
+	Status         int       // Bridge-Status; 0 when no HTTP response was obtained
+	Error          string    // Bridge-Error
+	EventID        string    // Event-Id
+	Subject        string    // Bridge-Original-Subject
+	OriginalStream string    // Bridge-Original-Stream
+	OriginalSeq    uint64    // Bridge-Original-Sequence
+	Deliveries     uint64    // Bridge-Deliveries
+	FailedAt       time.Time // Bridge-Failed-At
+	Header         nats.Header
+	// Data is the original payload; nil unless it was asked for
+	// (List withData, Get).
+	Data []byte
+}
+
+// DLQFilter selects dead letters. Zero fields select everything.
+type DLQFilter struct {
+	Route  string   // Bridge-Route; filtered server-side by subject
+	Reason string   // Bridge-Reason
+	Limit  int      // at most this many; 0 means no limit
+	Seqs   []uint64 // only these sequences, in this order
+}
+
+// Match reports whether d passes the Route and Reason conditions of f.
+func (f DLQFilter) Match(d DLQMessage) bool {
+	return (f.Route == "" || d.Route == f.Route) && (f.Reason == "" || d.Reason == f.Reason)
+}
+
+// ReplayResult is what one replay did.
+type ReplayResult struct {
+	Seq       uint64 // the dead letter's sequence on the dead-letter stream
+	EventID   string
+	Subject   string // the original subject it was republished to
+	Stream    string // the stream that stored (or refused) the republished event
+	StreamSeq uint64 // its sequence there (the stored original's for a duplicate)
+	// Duplicate means JetStream refused the republished event as a
+	// duplicate of an earlier replay of the same dead letter inside the
+	// stream's duplicate window: nothing new was stored.
+	Duplicate bool
+	Kept      bool // the dead letter was left on the dead-letter stream
+}
+
+// DLQ reads, replays and deletes the dead letters of one configuration's
+// dead-letter stream. It never consumes them: listing uses an ephemeral
+// ordered consumer that it deletes when done. It is safe for concurrent use.
+type DLQ struct {
+	js  jetstream.JetStream
+	cfg config.DeadLetter
+
+	mu sync.Mutex
+	s  jetstream.Stream // looked up on first use
+}
+
+// OpenDLQ binds to the dead-letter stream named by dl. It does no I/O: the
+// stream is looked up on first use, and a missing stream is an error
+// matching jetstream.ErrStreamNotFound.
+func OpenDLQ(js jetstream.JetStream, dl config.DeadLetter) *DLQ {
+	return &DLQ{js: js, cfg: dl}
+}
+
+// Stream is the name of the dead-letter stream.
+func (q *DLQ) Stream() string { return q.cfg.Stream }
+
+func (q *DLQ) stream(ctx context.Context) (jetstream.Stream, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.s != nil {
+		return q.s, nil
+	}
+	s, err := q.js.Stream(ctx, q.cfg.Stream)
+	if err != nil {
+		return nil, fmt.Errorf("bridge: dead-letter stream %s: %w", q.cfg.Stream, err)
+	}
+	q.s = s
+	return s, nil
+}
+
+// List returns the dead letters that f selects, in stream order, without
+// consuming or changing them. Payloads are left out unless withData.
+//
+// With f.Seqs it reads each sequence directly; a missing one is an error
+// matching ErrDeadLetterNotFound. Otherwise it reads the stream through an
+// ordered ephemeral consumer (headers only unless withData), filtered
+// server-side by <subject_prefix>.<route>.> when f.Route is set, up to the
+// last dead letter stored when List started, and deletes the consumer
+// before returning.
+func (q *DLQ) List(ctx context.Context, f DLQFilter, withData bool) ([]DLQMessage, error) {
+	if f.Route != "" {
+		if err := subjects.ValidateToken(f.Route); err != nil {
+			return nil, fmt.Errorf("bridge: route filter: %w", err)
+		}
+	}
+	if f.Limit < 0 {
+		return nil, fmt.Errorf("bridge: negative limit %d", f.Limit)
+	}
+	if len(f.Seqs) > 0 {
+		return q.listSeqs(ctx, f, withData)
+	}
+	s, err := q.stream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("bridge: dead-letter stream %s: %w", q.cfg.Stream, err)
+	}
+	if info.State.Msgs == 0 {
+		return nil, nil
+	}
+	last := info.State.LastSeq
+
+	occ := jetstream.OrderedConsumerConfig{
+		HeadersOnly:       !withData,
+		InactiveThreshold: listInactive,
+	}
+	if f.Route != "" {
+		occ.FilterSubjects = []string{subjects.DeadLetter(q.cfg.SubjectPrefix, f.Route, ">")}
+	}
+	cons, err := s.OrderedConsumer(ctx, occ)
+	if err != nil {
+		return nil, fmt.Errorf("bridge: read dead-letter stream %s: %w", q.cfg.Stream, err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return nil, fmt.Errorf("bridge: read dead-letter stream %s: %w", q.cfg.Stream, err)
+	}
+	defer func() {
+		it.Stop()
+		q.deleteConsumer(ctx, cons)
+	}()
+	if ci := cons.CachedInfo(); ci != nil && ci.NumPending == 0 {
+		return nil, nil // nothing on the route
+	}
+
+	var out []DLQMessage
+	for {
+		nctx, cancel := context.WithTimeout(ctx, listWait)
+		m, err := it.Next(jetstream.NextContext(nctx))
+		cancel()
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+		if errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
+			// Nothing arrived: finished unless the server still has some.
+			ci, ierr := cons.Info(ctx)
+			if ierr != nil {
+				return nil, fmt.Errorf("bridge: read dead-letter stream %s: %w", q.cfg.Stream, ierr)
+			}
+			if ci.NumPending == 0 {
+				return out, nil
+			}
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("bridge: read dead-letter stream %s: %w", q.cfg.Stream, err)
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return nil, fmt.Errorf("bridge: read dead-letter stream %s: %w", q.cfg.Stream, err)
+		}
+		seq := md.Sequence.Stream
+		if seq > last {
+			return out, nil // stored after List started
+		}
+		h := m.Headers()
+		delete(h, "Nats-Msg-Size") // added to headers-only deliveries
+		d := decodeDeadLetter(seq, m.Subject(), md.Timestamp, h)
+		if withData {
+			d.Data = m.Data()
+		}
+		if f.Match(d) {
+			out = append(out, d)
+			if f.Limit > 0 && len(out) >= f.Limit {
+				return out, nil
+			}
+		}
+		if md.NumPending == 0 || seq == last {
+			return out, nil
+		}
+	}
+}
+
+// deleteConsumer removes List's ephemeral consumer right away rather than
+// leaving it for the server's inactivity cleanup, also when ctx is done.
+func (q *DLQ) deleteConsumer(ctx context.Context, cons jetstream.Consumer) {
+	ci := cons.CachedInfo()
+	if ci == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	// A failure leaves the consumer to the inactivity threshold.
+	_ = q.js.DeleteConsumer(ctx, q.cfg.Stream, ci.Name)
+}
+
+func (q *DLQ) listSeqs(ctx context.Context, f DLQFilter, withData bool) ([]DLQMessage, error) {
+	var out []DLQMessage
+	for _, seq := range f.Seqs {
+		d, err := q.Get(ctx, seq)
+		if err != nil {
+			return nil, err
+		}
+		if !f.Match(d) {
+			continue
+		}
+		if !withData {
+			d.Data = nil
+		}
+		out = append(out, d)
+		if f.Limit > 0 && len(out) >= f.Limit {
+			break
+		}
+	}
+	return out, nil
+}
+
+// Get reads one dead letter, payload included. A sequence that the stream
+// does not hold is an error matching ErrDeadLetterNotFound.
+func (q *DLQ) Get(ctx context.Context, seq uint64) (DLQMessage, error) {
+	s, err := q.stream(ctx)
+	if err != nil {
+		return DLQMessage{}, err
+	}
+	m, err := s.GetMsg(ctx, seq)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return DLQMessage{}, q.notFound(seq)
+		}
+		return DLQMessage{}, fmt.Errorf("bridge: dead letter %d on %s: %w", seq, q.cfg.Stream, err)
+	}
+	d := decodeDeadLetter(m.Sequence, m.Subject, m.Time, m.Header)
+	d.Data = m.Data
+	if d.Data == nil {
+		d.Data = []byte{}
+	}
+	return d, nil
+}
+
+func (q *DLQ) notFound(seq uint64) error {
+	return fmt.Errorf("bridge: dead letter %d on %s: %w", seq, q.cfg.Stream, ErrDeadLetterNotFound)
+}
+
+// Delete removes one dead letter. A sequence that the stream does not hold
+// is an error matching ErrDeadLetterNotFound.
+func (q *DLQ) Delete(ctx context.Context, seq uint64) error {
+	s, err := q.stream(ctx)
+	if err != nil {
+		return err
+	}
+	if err := s.DeleteMsg(ctx, seq); err != nil {
+		// The delete error carries no code to branch on: ask whether the
+		// message is still there.
+		if _, gerr := s.GetMsg(ctx, seq); errors.Is(gerr, jetstream.ErrMsgNotFound) {
+			return q.notFound(seq)
+		}
+		return fmt.Errorf("bridge: delete dead letter %d on %s: %w", seq, q.cfg.Stream, err)
+	}
+	return nil
+}
+
+// Replay republishes dead letter seq to its original subject (CONTRACT
+// 4.3), waits for JetStream's acknowledgement and only then deletes the
+// dead letter, unless keep.
+//
+// The republished event carries the original headers minus every Bridge-*
+// header, Nats-Msg-Id and Nats-Expected-*, with Event-Id unchanged,
+// Nats-Msg-Id "<event id>:replay:<seq>" and Bridge-Replayed-From "<seq>".
+// Replaying the same dead letter again inside the source stream's
+// duplicate window therefore stores nothing new (Duplicate is set), which
+// makes a replay that was killed between the acknowledgement and the
+// delete safe to run again.
+//
+// A dead letter missing a header that replay needs is an error matching
+// ErrNotReplayable; one already gone matches ErrDeadLetterNotFound.
+func (q *DLQ) Replay(ctx context.Context, seq uint64, keep bool) (ReplayResult, error) {
+	d, err := q.Get(ctx, seq)
+	if err != nil {
+		return ReplayResult{}, err
+	}
+	res, err := q.republish(ctx, d)
+	if err != nil || keep {
+		res.Kept = err == nil
+		return res, err
+	}
+	if err := q.Delete(ctx, seq); err != nil && !errors.Is(err, ErrDeadLetterNotFound) {
+		// Republished but still on the DLQ: a new replay of it is a
+		// duplicate, so running again finishes the job.
+		return res, fmt.Errorf("bridge: dead letter %d republished as %s seq %d but not deleted: %w", seq, res.Stream, res.StreamSeq, err)
+	}
+	return res, nil
+}
+
+// republish is the first half of Replay: publish and wait for the PubAck.
+func (q *DLQ) republish(ctx context.Context, d DLQMessage) (ReplayResult, error) {
+	msg, err := d.ReplayMsg()
+	if err != nil {
+		return ReplayResult{}, err
+	}
+	res := ReplayResult{Seq: d.Seq, EventID: d.EventID, Subject: msg.Subject}
+	ack, err := q.js.PublishMsg(ctx, msg)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+			err = ErrNoStream
+		}
+		return res, fmt.Errorf("bridge: replay dead letter %d: %w", d.Seq, err)
+	}
+	res.Stream, res.StreamSeq, res.Duplicate = ack.Stream, ack.Sequence, ack.Duplicate
+	return res, nil
+}
+
+// ReplayMsg is the message Replay publishes for d; an error (matching
+// ErrNotReplayable) names the missing header. The payload is d.Data, so d
+// must come from Get or List withData for a real replay.
+func (d DLQMessage) ReplayMsg() (*nats.Msg, error) {
+	if d.Subject == "" {
+		return nil, fmt.Errorf("%w: dead letter %d has no %s header", ErrNotReplayable, d.Seq, HeaderOriginalSubject)
+	}
+	if err := subjects.ValidateSubject(d.Subject); err != nil {
+		return nil, fmt.Errorf("%w: dead letter %d: %s is not a valid subject", ErrNotReplayable, d.Seq, HeaderOriginalSubject)
+	}
+	if d.EventID == "" {
+		return nil, fmt.Errorf("%w: dead letter %d has no %s header", ErrNotReplayable, d.Seq, HeaderEventID)
+	}
+	h := make(nats.Header, len(d.Header)+2)
+	for k, vs := range d.Header {
+		if replayDrops(k) {
+			continue
+		}
+		h[k] = append([]string(nil), vs...)
+	}
+	seq := strconv.FormatUint(d.Seq, 10)
+	h.Set(HeaderEventID, d.EventID)
+	h.Set(jetstream.MsgIDHeader, ReplayMsgID(d.EventID, d.Seq))
+	h.Set(HeaderReplayedFrom, seq)
+	return &nats.Msg{Subject: d.Subject, Header: h, Data: d.Data}, nil
+}
+
+// ReplayMsgID is the Nats-Msg-Id of the replay of dead letter seq: two
+// replays of one dead letter inside the duplicate window store one event.
+func ReplayMsgID(eventID string, seq uint64) string {
+	return eventID + ":replay:" + strconv.FormatUint(seq, 10)
+}
+
+// replayDrops reports whether a dead letter's header stays behind on
+// replay: the bridge's own, and the dead letter's broker dedup key and
+// expectations.
+func replayDrops(k string) bool {
+	return strings.HasPrefix(k, "Bridge-") ||
+		k == jetstream.MsgIDHeader ||
+		strings.HasPrefix(k, "Nats-Expected-")
+}
+
+// decodeDeadLetter reads the CONTRACT 4.3 headers. It never fails: a
+// dead letter written by something else still lists, with zero fields.
+func decodeDeadLetter(seq uint64, subject string, stored time.Time, h nats.Header) DLQMessage {
+	d := DLQMessage{
+		Seq:            seq,
+		DLQSubject:     subject,
+		Stored:         stored,
+		Route:          h.Get(HeaderRoute),
+		Destination:    h.Get(HeaderDestination),
+		Reason:         h.Get(HeaderReason),
+		Failure:        h.Get(HeaderFailure),
+		Error:          h.Get(HeaderError),
+		EventID:        h.Get(HeaderEventID),
+		Subject:        h.Get(HeaderOriginalSubject),
+		OriginalStream: h.Get(HeaderOriginalStream),
+		Header:         h,
+	}
+	d.Status, _ = strconv.Atoi(h.Get(HeaderStatus))
+	d.OriginalSeq, _ = strconv.ParseUint(h.Get(HeaderOriginalSequence), 10, 64)
+	d.Deliveries, _ = strconv.ParseUint(h.Get(HeaderDeliveries), 10, 64)
+	if t, err := time.Parse(time.RFC3339, h.Get(HeaderFailedAt)); err == nil {
+		d.FailedAt = t
+	}
+	return d
+}
