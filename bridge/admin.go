@@ -28,9 +28,9 @@ func (b *Bridge) Status(ctx context.Context) []RouteStatus {
 	out := make([]RouteStatus, 0, len(b.routes))
 	for _, r := range b.routes {
 		st := RouteStatus{Route: r.cfg.Name, Destination: r.dest.name, InFlight: r.inFlight.Load(), Breaker: r.dest.state().String()}
-		if r.cons == nil {
+		if c := r.consumer(); c == nil {
 			st.Error = "consumer not bound yet"
-		} else if info, err := r.cons.Info(ctx); err != nil {
+		} else if info, err := c.Info(ctx); err != nil {
 			st.Error = err.Error()
 		} else {
 			st.Pending, st.AckPending, st.Redelivered = info.NumPending, info.NumAckPending, info.NumRedelivered
@@ -53,6 +53,11 @@ func (b *Bridge) Readiness() error {
 	}
 	if nc := b.js.Conn(); nc != nil && !nc.IsConnected() {
 		return errors.New("disconnected from NATS: " + nc.Status().String())
+	}
+	for _, r := range b.routes {
+		if r.missing.Load() {
+			return errors.New("route " + r.cfg.Name + ": consumer deleted; restart the bridge to create it again")
+		}
 	}
 	return nil
 }

@@ -85,7 +85,7 @@ func TestMaxDeliveriesAdvisoryWhileNoBridgeRuns(t *testing.T) {
 		}
 		// Three deliveries (max_deliver + 1) that nobody settles, as if the
 		// bridges receiving them had died.
-		cons := pre.routes[0].cons
+		cons := pre.routes[0].consumer()
 		for i := 1; i <= 3; i++ {
 			b, err := cons.Fetch(1, jetstream.FetchMaxWait(3*time.Second))
 			if err != nil {

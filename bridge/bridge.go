@@ -142,6 +142,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	var loops, workers sync.WaitGroup
 	for _, r := range b.routes {
 		loops.Go(func() { r.pull(ctx, work, &workers) })
+		loops.Go(func() { r.watchdog(ctx) })
 	}
 	if !b.faults.ignoreAdvisories {
 		loops.Go(func() { b.advisories(ctx, b.advisoryCons) })

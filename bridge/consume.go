@@ -33,7 +33,10 @@ type route struct {
 	cfg      *config.Route
 	dest     *destination
 	policy   SettlePolicy
-	cons     jetstream.Consumer // set by Provision
+	cons     atomic.Pointer[jetstream.Consumer] // set by Provision; see consumer()
+	received atomic.Uint64                      // messages fetched, for the watchdog
+	rebind   atomic.Bool                        // the watchdog asks for a fresh consumer
+	missing  atomic.Bool                        // the consumer was deleted by hand
 	log      zerolog.Logger
 	slots    chan struct{} // one token per message in flight
 	held     atomic.Int32  // messages waiting for the breaker
@@ -94,12 +97,16 @@ func (r *route) pull(ctx, work context.Context, workers *sync.WaitGroup) {
 			r.release(n - 1)
 			n = 1
 		}
+		if r.rebind.Swap(false) {
+			r.lookupConsumer(ctx)
+		}
 		fctx, cancel := context.WithTimeout(ctx, fetchWait)
-		batch, err := r.cons.Fetch(n, jetstream.FetchContext(fctx))
+		batch, err := r.consumer().Fetch(n, jetstream.FetchContext(fctx))
 		if err != nil {
 			cancel()
 			r.release(n)
 			failures++
+			r.rebind.Store(true) // check the consumer still exists (deleted: "no responders")
 			r.log.Warn().Int("failures", failures).Str("error", err.Error()).Msg("fetch failed")
 			sleep(ctx, retryPause(failures))
 			continue
@@ -107,6 +114,7 @@ func (r *route) pull(ctx, work context.Context, workers *sync.WaitGroup) {
 		got := 0
 		for m := range batch.Messages() {
 			got++
+			r.received.Add(1)
 			if ctx.Err() != nil {
 				// The signal came while this pull was open: hand the message
 				// back untouched rather than start new work.
@@ -124,6 +132,7 @@ func (r *route) pull(ctx, work context.Context, workers *sync.WaitGroup) {
 		if err := batch.Error(); err != nil && ctx.Err() == nil &&
 			!errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
 			failures++
+			r.rebind.Store(true) // check the consumer still exists (deleted: "no responders")
 			r.log.Warn().Int("failures", failures).Str("error", err.Error()).Msg("pull ended with an error")
 			sleep(ctx, retryPause(failures))
 			continue

@@ -282,7 +282,20 @@ func (q *DLQ) Get(ctx context.Context, seq uint64) (DLQMessage, error) {
 }
 
 func (q *DLQ) notFound(seq uint64) error {
-	return fmt.Errorf("bridge: dead letter %d on %s: %w", seq, q.cfg.Stream, ErrDeadLetterNotFound)
+	return &dlqError{msg: fmt.Sprintf("bridge: dead letter %d not found on %s", seq, q.cfg.Stream), kind: ErrDeadLetterNotFound}
+}
+
+// dlqError reads as one sentence and matches its sentinel kind.
+type dlqError struct {
+	msg  string
+	kind error
+}
+
+func (e *dlqError) Error() string        { return e.msg }
+func (e *dlqError) Is(target error) bool { return target == e.kind }
+
+func notReplayable(seq uint64, why string) error {
+	return &dlqError{msg: fmt.Sprintf("bridge: dead letter %d cannot be replayed: %s", seq, why), kind: ErrNotReplayable}
 }
 
 // Delete removes one dead letter. A sequence that the stream does not hold
@@ -358,13 +371,13 @@ func (q *DLQ) republish(ctx context.Context, d DLQMessage) (ReplayResult, error)
 // must come from Get or List withData for a real replay.
 func (d DLQMessage) ReplayMsg() (*nats.Msg, error) {
 	if d.Subject == "" {
-		return nil, fmt.Errorf("%w: dead letter %d has no %s header", ErrNotReplayable, d.Seq, HeaderOriginalSubject)
+		return nil, notReplayable(d.Seq, "no "+HeaderOriginalSubject+" header")
 	}
-	if err := subjects.ValidateSubject(d.Subject); err != nil {
-		return nil, fmt.Errorf("%w: dead letter %d: %s is not a valid subject", ErrNotReplayable, d.Seq, HeaderOriginalSubject)
+	if subjects.ValidateSubject(d.Subject) != nil {
+		return nil, notReplayable(d.Seq, HeaderOriginalSubject+" is not a valid subject")
 	}
 	if d.EventID == "" {
-		return nil, fmt.Errorf("%w: dead letter %d has no %s header", ErrNotReplayable, d.Seq, HeaderEventID)
+		return nil, notReplayable(d.Seq, "no "+HeaderEventID+" header")
 	}
 	h := make(nats.Header, len(d.Header)+2)
 	for k, vs := range d.Header {

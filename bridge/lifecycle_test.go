@@ -83,7 +83,7 @@ routes:
 		if err := pre.Provision(ctx); err != nil {
 			t.Fatal(err)
 		}
-		cons := pre.routes[0].cons
+		cons := pre.routes[0].consumer()
 		if md := cons.CachedInfo().Config.MaxDeliver; md != 3 {
 			return fmt.Errorf("consumer MaxDeliver %d, want max_deliver+1 = 3", md)
 		}

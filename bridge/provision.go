@@ -82,15 +82,9 @@ func (b *Bridge) Provision(ctx context.Context) error {
 		}
 	}
 	for _, r := range b.routes {
-		var cons jetstream.Consumer
-		if err := apiCall(ctx, func(ctx context.Context) error {
-			var err error
-			cons, err = b.js.CreateOrUpdateConsumer(ctx, sc.Name, consumerConfig(r.cfg))
-			return err
-		}); err != nil {
+		if err := apiCall(ctx, r.bindConsumer); err != nil {
 			return fmt.Errorf("bridge: route %s: consumer: %w", r.cfg.Name, err)
 		}
-		r.cons = cons
 	}
 	return nil
 }
