@@ -1,0 +1,94 @@
+package bridge
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sotercare/jetbridge/internal/sinktest"
+)
+
+// Throughput and latency through an embedded JetStream server and a local
+// HTTP destination on loopback. Reported, never asserted: see the README's
+// "Performance" section for numbers and how to reproduce them.
+//
+//	go test -run '^$' -bench . -benchtime 5000x ./bridge
+
+// BenchmarkThroughput publishes b.N events as fast as JetStream takes them
+// (async publish) and measures how fast the bridge drains them.
+func BenchmarkThroughput(b *testing.B) {
+	for _, tc := range []struct {
+		inFlight int
+		delay    time.Duration
+		idem     bool
+	}{
+		{1, 0, false}, {32, 0, false}, {128, 0, false}, {32, 0, true},
+		{32, 5 * time.Millisecond, false}, {128, 5 * time.Millisecond, false},
+	} {
+		b.Run(fmt.Sprintf("in_flight=%d/dest_delay=%s/idempotency=%t", tc.inFlight, tc.delay, tc.idem), func(b *testing.B) {
+			sink, h := benchBridge(b, tc.inFlight, tc.delay, tc.idem)
+			b.ResetTimer()
+			start := time.Now()
+			for i := range b.N {
+				if _, err := h.js.PublishAsync("events.info.bench", []byte(`{"n":1}`), jetstream.WithMsgID(strconv.Itoa(i))); err != nil {
+					b.Fatal(err)
+				}
+			}
+			<-h.js.PublishAsyncComplete()
+			if !waitUntil(5*time.Minute, func() bool { return sink.Count() >= b.N }) {
+				b.Fatalf("only %d of %d delivered", sink.Count(), b.N)
+			}
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
+		})
+	}
+}
+
+// BenchmarkLatency publishes one event at a time and measures the time from
+// publish to its arrival at the destination, on an idle bridge.
+func BenchmarkLatency(b *testing.B) {
+	for _, idem := range []bool{false, true} {
+		b.Run(fmt.Sprintf("idempotency=%t", idem), func(b *testing.B) {
+			sink, h := benchBridge(b, 32, 0, idem)
+			lat := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := range b.N {
+				start := time.Now()
+				h.publish("events.info.bench", strconv.Itoa(i), []byte(`{"n":1}`), nil)
+				waitArrival(sink, i+1)
+				lat = append(lat, time.Since(start))
+			}
+			b.StopTimer()
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50_ms")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99_ms")
+		})
+	}
+}
+
+func benchBridge(b *testing.B, inFlight int, delay time.Duration, idem bool) (*sinktest.Sink, *harness) {
+	sink := sinktest.New(b, func(sinktest.Request) sinktest.Response {
+		return sinktest.Response{Status: 200, Delay: delay}
+	})
+	cfg := testConfig(b, `
+log: {level: warn}
+idempotency: {bucket: DELIVERED}
+destinations:
+  d: {url: %s, timeout: 5s}
+routes:
+  - {name: r, subjects: ["events.>"], destination: d, max_in_flight: %d, idempotency: %t}
+`, sink.URL(), inFlight, idem)
+	return sink, startBridge(b, cfg, faults{})
+}
+
+// waitArrival spins briefly on the sink's count: a latency probe cannot
+// afford a 5 ms poll.
+func waitArrival(s *sinktest.Sink, n int) {
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Count() < n && time.Now().Before(deadline) {
+		<-time.After(50 * time.Microsecond)
+	}
+}
