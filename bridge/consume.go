@@ -106,9 +106,7 @@ func (r *route) pull(ctx, work context.Context, workers *sync.WaitGroup) {
 			cancel()
 			r.release(n)
 			failures++
-			r.rebind.Store(true) // check the consumer still exists (deleted: "no responders")
-			r.log.Warn().Int("failures", failures).Str("error", err.Error()).Msg("fetch failed")
-			sleep(ctx, retryPause(failures))
+			r.pullFailed(ctx, failures, err)
 			continue
 		}
 		got := 0
@@ -132,13 +130,20 @@ func (r *route) pull(ctx, work context.Context, workers *sync.WaitGroup) {
 		if err := batch.Error(); err != nil && ctx.Err() == nil &&
 			!errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
 			failures++
-			r.rebind.Store(true) // check the consumer still exists (deleted: "no responders")
-			r.log.Warn().Int("failures", failures).Str("error", err.Error()).Msg("pull ended with an error")
-			sleep(ctx, retryPause(failures))
+			r.pullFailed(ctx, failures, err)
 			continue
 		}
 		failures = 0
 	}
+}
+
+// pullFailed logs a failed pull, makes the next pull check that the
+// consumer still exists (a deleted one answers "no responders"), and backs
+// off.
+func (r *route) pullFailed(ctx context.Context, failures int, err error) {
+	r.rebind.Store(true)
+	r.log.Warn().Int("failures", failures).Str("error", err.Error()).Msg("pull failed")
+	sleep(ctx, retryPause(failures))
 }
 
 // acquire blocks for one free slot, then takes every other free slot.

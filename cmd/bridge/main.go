@@ -20,6 +20,7 @@ commands:
   run      run the bridge until SIGINT/SIGTERM (the default)
   check    validate the configuration and print the routing table
   receive  a local webhook receiver for trying the bridge
+  dlq      list, show, replay or purge dead letters ("bridge dlq help")
   version  print version information
 
 Every command takes --config FILE (default $BRIDGE_CONFIG).
@@ -57,6 +58,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdCheck(args, stdout, stderr)
 	case "receive":
 		err = cmdReceive(args, stdout, stderr)
+	case "dlq":
+		err = cmdDLQ(args, stdout, stderr)
 	case "version":
 		err = cmdVersion(args, stdout, stderr)
 	case "help":
