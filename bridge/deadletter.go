@@ -41,9 +41,10 @@ func DeadLetterMsgID(route, stream string, seq uint64) string {
 func (r *route) deadLetter(ctx context.Context, orig nats.Header, data []byte, ev *event, reason string, failure error) error {
 	h := make(nats.Header, len(orig)+12)
 	for k, vs := range orig {
-		// The original Nats-Msg-Id would make the dead letter of a second
-		// route a "duplicate"; expectations do not apply to a copy.
-		if k == jetstream.MsgIDHeader || strings.HasPrefix(k, "Nats-Expected-") || strings.HasPrefix(k, "Bridge-") {
+		// No Nats-* header is copied: the original Nats-Msg-Id would make the
+		// dead letter of a second route a "duplicate", and expectations,
+		// rollups, TTLs and batches do not apply to a copy.
+		if strings.HasPrefix(k, "Nats-") || strings.HasPrefix(k, "Bridge-") {
 			continue
 		}
 		h[k] = append([]string(nil), vs...)

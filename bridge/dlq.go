@@ -16,14 +16,6 @@ import (
 	"github.com/sotercare/jetbridge/subjects"
 )
 
-// ErrDeadLetterNotFound means the dead-letter stream holds no message with
-// the requested sequence: it never existed, or it was replayed or purged.
-var ErrDeadLetterNotFound = errors.New("bridge: dead letter not found")
-
-// ErrNotReplayable means a dead letter lacks a header that replay needs
-// (Bridge-Original-Subject or Event-Id): it cannot be republished as is.
-var ErrNotReplayable = errors.New("bridge: dead letter cannot be replayed")
-
 // listWait bounds one wait for the next dead letter while listing. When it
 // passes, List asks the server whether anything is still pending, so a dead
 // letter deleted while being listed cannot make List wait forever.
@@ -284,15 +276,6 @@ func (q *DLQ) Get(ctx context.Context, seq uint64) (DLQMessage, error) {
 func (q *DLQ) notFound(seq uint64) error {
 	return &dlqError{msg: fmt.Sprintf("bridge: dead letter %d not found on %s", seq, q.cfg.Stream), kind: ErrDeadLetterNotFound}
 }
-
-// dlqError reads as one sentence and matches its sentinel kind.
-type dlqError struct {
-	msg  string
-	kind error
-}
-
-func (e *dlqError) Error() string        { return e.msg }
-func (e *dlqError) Is(target error) bool { return target == e.kind }
 
 func notReplayable(seq uint64, why string) error {
 	return &dlqError{msg: fmt.Sprintf("bridge: dead letter %d cannot be replayed: %s", seq, why), kind: ErrNotReplayable}

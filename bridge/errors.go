@@ -128,3 +128,20 @@ func FailureKind(err error) string {
 	}
 	return ""
 }
+
+// ErrDeadLetterNotFound means the dead-letter stream holds no message with
+// the requested sequence: it never existed, or it was replayed or purged.
+var ErrDeadLetterNotFound = errors.New("bridge: dead letter not found")
+
+// ErrNotReplayable means a dead letter lacks a header that replay needs
+// (Bridge-Original-Subject or Event-Id): it cannot be republished as is.
+var ErrNotReplayable = errors.New("bridge: dead letter cannot be replayed")
+
+// dlqError reads as one sentence and matches its sentinel kind.
+type dlqError struct {
+	msg  string
+	kind error
+}
+
+func (e *dlqError) Error() string        { return e.msg }
+func (e *dlqError) Is(target error) bool { return target == e.kind }

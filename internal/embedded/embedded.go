@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -56,7 +57,27 @@ type Options struct {
 	// and must not block. A fatal line never exits the process.
 	Logf func(format string, args ...any)
 
-	// Cluster options can come later.
+	// Cluster, if set, makes the server one node of a JetStream cluster.
+	// Nil (the default) runs a single node, as before.
+	Cluster *Cluster
+}
+
+// Cluster makes an embedded server one node of a JetStream cluster. Every
+// node needs the same Name, its own Options.ServerName and StoreDir, and
+// routes to the other nodes. A JetStream cluster answers no API request
+// until its nodes have elected a meta leader, which Start does not wait
+// for.
+type Cluster struct {
+	// Name is the cluster name, the same on every node (required).
+	Name string
+	// Listen is the route listener as "host:port", with the rules of
+	// Options.Listen: an empty value or port 0 picks a random free port,
+	// and the host must be a loopback IP unless AllowNonLoopback is set.
+	Listen string
+	// Routes are the route URLs of the cluster's nodes, e.g.
+	// "nats://127.0.0.1:6222"; the node's own URL may be listed (it is
+	// ignored), so every node can be given the same list.
+	Routes []string
 }
 
 // Server is a running embedded nats-server with JetStream enabled.
@@ -100,6 +121,24 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 			return nil, err
 		}
 	}
+	cluster, err := clusterOptions(opts.Cluster, opts.AllowNonLoopback)
+	if err != nil {
+		return nil, err
+	}
+	var routes []*url.URL
+	if opts.Cluster != nil {
+		routes, err = routeURLs(opts.Cluster.Routes)
+		if err != nil {
+			return nil, err
+		}
+		if cluster.Port != server.RANDOM_PORT {
+			// A busy route port would otherwise make the server wait out
+			// the whole start deadline before failing.
+			if err := probeListen(net.JoinHostPort(cluster.Host, strconv.Itoa(cluster.Port))); err != nil {
+				return nil, err
+			}
+		}
+	}
 
 	serverPort := port
 	if serverPort == 0 {
@@ -114,6 +153,8 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		SyncAlways: opts.SyncAlways,
 		NoSigs:     true, // see package doc: never trap the process's signals
 		NoLog:      true,
+		Cluster:    cluster,
+		Routes:     routes,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("embedded: server %q options: %w", name, err)
@@ -165,6 +206,15 @@ func (s *Server) ClientURL() string { return s.url }
 // Addr is the host:port the client listener actually bound.
 func (s *Server) Addr() string { return s.addr }
 
+// ClusterAddr is the host:port the route listener bound, or "" for a
+// single node.
+func (s *Server) ClusterAddr() string {
+	if a := s.ns.ClusterAddr(); a != nil {
+		return a.String()
+	}
+	return ""
+}
+
 // Version is the nats-server version.
 func (s *Server) Version() string { return server.VERSION }
 
@@ -212,6 +262,41 @@ func parseListen(listen string, allowNonLoopback bool) (string, int, error) {
 		return "", 0, fmt.Errorf("%w: %q (set AllowNonLoopback to expose the broker)", ErrNotLoopback, host)
 	}
 	return host, port, nil
+}
+
+// clusterOptions converts Options.Cluster; nil gives the zero value (no
+// clustering).
+func clusterOptions(c *Cluster, allowNonLoopback bool) (server.ClusterOpts, error) {
+	if c == nil {
+		return server.ClusterOpts{}, nil
+	}
+	if c.Name == "" {
+		return server.ClusterOpts{}, errors.New("embedded: cluster name is required")
+	}
+	host, port, err := parseListen(c.Listen, allowNonLoopback)
+	if err != nil {
+		return server.ClusterOpts{}, fmt.Errorf("embedded: cluster route listener: %w", err)
+	}
+	if port == 0 {
+		port = server.RANDOM_PORT // 0 would mean no route listener
+	}
+	return server.ClusterOpts{Name: c.Name, Host: host, Port: port}, nil
+}
+
+// routeURLs parses the route URLs of Options.Cluster.
+func routeURLs(routes []string) ([]*url.URL, error) {
+	out := make([]*url.URL, 0, len(routes))
+	for _, r := range routes {
+		u, err := url.Parse(r)
+		if err != nil {
+			return nil, fmt.Errorf("embedded: cluster route %q: %w", r, err)
+		}
+		if u.Host == "" || (u.Scheme != "nats" && u.Scheme != "nats-route") {
+			return nil, fmt.Errorf("embedded: cluster route %q: want nats://host:port", r)
+		}
+		out = append(out, u)
+	}
+	return out, nil
 }
 
 // probeListen checks that hostPort can be bound right now.

@@ -1,0 +1,459 @@
+package test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/sotercare/jetbridge/bridge"
+	"github.com/sotercare/jetbridge/config"
+	"github.com/sotercare/jetbridge/internal/natstest"
+	"github.com/sotercare/jetbridge/internal/sinktest"
+	"github.com/sotercare/jetbridge/internal/sotercare"
+)
+
+// careTimeout bounds every wait of the SoterCare scenarios.
+const careTimeout = 15 * time.Second
+
+// careEnv is SoterCare end to end: an embedded JetStream, the bridge run
+// in process with config/sotercare.yaml, the SoterCare API on httptest and
+// a test caregiver notifier.
+type careEnv struct {
+	srv      *natstest.Server
+	js       jetstream.JetStream // the bridge's connection
+	api      *nats.Conn          // the SoterCare API's connection
+	apiURL   string
+	cfg      *config.Config
+	notifier *sinktest.Sink
+
+	mu      sync.Mutex
+	settled []bridge.Settled
+}
+
+// startCare starts the scenario with a notifier answering by script.
+func startCare(t *testing.T, script sinktest.Script) *careEnv {
+	t.Helper()
+	notifier := sinktest.New(t, script)
+	// The config's own environment: its nats and admin sections are used
+	// only by cmd/bridge; here the bridge runs against a natstest server.
+	t.Setenv("CAREGIVER_URL", notifier.URL()+"/notifier/alerts")
+	t.Setenv("JETBRIDGE_STORE_DIR", t.TempDir())
+	t.Setenv("JETBRIDGE_NATS_LISTEN", "127.0.0.1:0")
+	t.Setenv("JETBRIDGE_ADMIN_LISTEN", "127.0.0.1:0")
+	path := filepath.Join(moduleRoot(t), "config", "sotercare.yaml")
+	cfg, err := config.LoadFile(path)
+	if err != nil {
+		t.Fatalf("load %s: %v", path, err)
+	}
+
+	e := &careEnv{srv: natstest.Start(t), cfg: cfg, notifier: notifier}
+	_, e.js = natstest.Connect(t, e.srv.URL())
+	logs := &lockedBuffer{}
+	b, err := bridge.New(cfg, e.js, bridge.Options{
+		Logger: zerolog.New(logs).Level(zerolog.DebugLevel),
+		OnSettle: func(s bridge.Settled) {
+			e.mu.Lock()
+			e.settled = append(e.settled, s)
+			e.mu.Unlock()
+		},
+	})
+	if err != nil {
+		t.Fatalf("bridge.New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("bridge Run: %v", err)
+			}
+		case <-time.After(careTimeout):
+			t.Errorf("bridge Run did not return within %s of cancel", careTimeout)
+		}
+		if t.Failed() {
+			t.Logf("bridge logs:\n%s", logs.String())
+		}
+	})
+	select {
+	case <-b.Ready():
+	case err := <-done:
+		t.Fatalf("bridge Run: %v", err)
+	case <-time.After(careTimeout):
+		t.Fatalf("bridge not ready within %s", careTimeout)
+	}
+
+	// The API's connection has no reconnect buffer, as in cmd/sotercare: a
+	// reading published while JetStream is away fails at once.
+	var js jetstream.JetStream
+	e.api, js = natstest.Connect(t, e.srv.URL(), nats.ReconnectBufSize(-1))
+	hs := httptest.NewServer(sotercare.NewHandler(bridge.NewPublisher(js, "events"),
+		sotercare.Options{PublishTimeout: time.Second}))
+	t.Cleanup(hs.Close)
+	e.apiURL = hs.URL
+	return e
+}
+
+// careReading is the JSON body of a reading.
+func careReading(id, typ string, value float64, unit string) string {
+	return fmt.Sprintf(`{"eventId":%q,"deviceId":"bed-3","eventType":%q,"value":%v,"unit":%q,"timestamp":1735689600000}`,
+		id, typ, value, unit)
+}
+
+// careAnswer is any response body of the API.
+type careAnswer struct {
+	sotercare.Receipt
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *careEnv) post(t *testing.T, body string) (int, careAnswer) {
+	t.Helper()
+	resp, err := http.Post(e.apiURL+"/api/v1/events", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("POST /api/v1/events: %v", err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a careAnswer
+	if err := json.Unmarshal(raw, &a); err != nil {
+		t.Fatalf("response %d is not JSON: %v\n%s", resp.StatusCode, err, raw)
+	}
+	return resp.StatusCode, a
+}
+
+// accept posts a reading and fails unless it is accepted with the given
+// classification.
+func (e *careEnv) accept(t *testing.T, body string, sev sotercare.Severity, route sotercare.Route) sotercare.Receipt {
+	t.Helper()
+	code, a := e.post(t, body)
+	if code != http.StatusAccepted || a.Status != "accepted" || a.Severity != sev || a.RoutedTo != route ||
+		a.Stream != e.cfg.Stream.Name || a.Seq == 0 || a.CorrelationID == "" {
+		t.Fatalf("got %d %+v, want 202 accepted %s -> %s in %s", code, a, sev, route, e.cfg.Stream.Name)
+	}
+	return a.Receipt
+}
+
+// quiet waits until both caregiver routes have nothing pending or unacked.
+func (e *careEnv) quiet(t *testing.T) {
+	t.Helper()
+	for _, r := range e.cfg.Routes {
+		natstest.WaitQuiet(t, e.js, e.cfg.Stream.Name, r.Name, careTimeout)
+	}
+}
+
+// requestsFor returns the notifier's requests carrying the event id.
+func (e *careEnv) requestsFor(id string) []sinktest.Request {
+	var out []sinktest.Request
+	for _, r := range e.notifier.Requests() {
+		if r.Header.Get(sinktest.EventIDHeader) == id {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// waitNotified waits for a request carrying id, then for the routes to be
+// quiet, and returns every request that carried it.
+func (e *careEnv) waitNotified(t *testing.T, id string) []sinktest.Request {
+	t.Helper()
+	natstest.Eventually(t, careTimeout, func() error {
+		if len(e.requestsFor(id)) == 0 {
+			return fmt.Errorf("no notification for %s yet (%d requests in all)", id, e.notifier.Count())
+		}
+		return nil
+	})
+	e.quiet(t)
+	return e.requestsFor(id)
+}
+
+func (e *careEnv) outcomes(id string) []bridge.Settled {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []bridge.Settled
+	for _, s := range e.settled {
+		if s.EventID == id {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// checkAlert checks one notification: the event's id, type and severity in
+// the headers, and SoterCare's alert as the envelope's payload.
+func checkAlert(t *testing.T, r sinktest.Request, id, typ, severity string, care sotercare.Severity) {
+	t.Helper()
+	if r.Method != http.MethodPost || r.Path != "/notifier/alerts" {
+		t.Errorf("request %s %s, want POST /notifier/alerts", r.Method, r.Path)
+	}
+	if r.Header.Get("X-Event-Type") != typ || r.Header.Get("X-Event-Severity") != severity {
+		t.Errorf("X-Event-Type %q X-Event-Severity %q, want %q %q",
+			r.Header.Get("X-Event-Type"), r.Header.Get("X-Event-Severity"), typ, severity)
+	}
+	var env struct {
+		ID      string          `json:"id"`
+		Payload sotercare.Alert `json:"payload"`
+	}
+	if err := json.Unmarshal(r.Body, &env); err != nil {
+		t.Fatalf("body is not an envelope: %v\n%s", err, r.Body)
+	}
+	if env.ID != id || env.Payload.EventID != id || env.Payload.CareSeverity != care || env.Payload.RoutedTo != sotercare.Caregiver {
+		t.Errorf("envelope id %q payload %+v, want %s, %s for the caregiver", env.ID, env.Payload, id, care)
+	}
+}
+
+// The SoterCare API and the bridge with config/sotercare.yaml: caregiver
+// alerts reach the notifier exactly once, everything else stays in the
+// stream, duplicates and invalid readings are refused.
+func TestSoterCareEndToEnd(t *testing.T) {
+	e := startCare(t, sinktest.Always(http.StatusOK))
+
+	t.Run("critical fall notifies the caregiver once", func(t *testing.T) {
+		rc := e.accept(t, careReading("fall-0001", "fall", 1, "boolean"), sotercare.Critical, sotercare.Caregiver)
+		reqs := e.waitNotified(t, rc.EventID)
+		if len(reqs) != 1 {
+			t.Fatalf("notifier got %d requests for %s, want exactly 1", len(reqs), rc.EventID)
+		}
+		checkAlert(t, reqs[0], rc.EventID, "care.caregiver.fall", "CRITICAL", sotercare.Critical)
+	})
+
+	t.Run("high vitals notify the caregiver", func(t *testing.T) {
+		rc := e.accept(t, careReading("vit-0001", "vitals", 130, "bpm"), sotercare.High, sotercare.Caregiver)
+		reqs := e.waitNotified(t, rc.EventID)
+		if len(reqs) != 1 {
+			t.Fatalf("notifier got %d requests for %s, want exactly 1", len(reqs), rc.EventID)
+		}
+		checkAlert(t, reqs[0], rc.EventID, "care.caregiver.vitals", "WARNING", sotercare.High)
+	})
+
+	t.Run("normal vitals and medium moisture are stored, not notified", func(t *testing.T) {
+		before := e.notifier.Count()
+		stored := map[string]string{}
+		for _, c := range []struct {
+			body    string
+			sev     sotercare.Severity
+			subject string
+		}{
+			{careReading("vit-0002", "vitals", 72, "bpm"), sotercare.Normal, "events.info.care.eventlog.vitals"},
+			{careReading("wet-0001", "moisture", 85, "percent"), sotercare.Medium, "events.warning.care.eventlog.moisture"},
+		} {
+			rc := e.accept(t, c.body, c.sev, sotercare.EventLog)
+			msg := getMsg(t, e.js, e.cfg.Stream.Name, rc.Seq)
+			if msg.Subject != c.subject || msg.Header.Get("Event-Id") != rc.EventID {
+				t.Fatalf("seq %d: subject %s event id %q, want %s %s", rc.Seq, msg.Subject, msg.Header.Get("Event-Id"), c.subject, rc.EventID)
+			}
+			stored[rc.EventID] = msg.Subject
+		}
+		// Both caregiver consumers have nothing pending: neither reading
+		// matches their filters, so nothing is on its way to the notifier.
+		e.quiet(t)
+		for id := range stored {
+			if n := len(e.requestsFor(id)); n != 0 {
+				t.Errorf("notifier got %d requests for %s, want none", n, id)
+			}
+		}
+		if got := e.notifier.Count(); got != before {
+			t.Errorf("notifier got %d new requests, want none", got-before)
+		}
+	})
+
+	t.Run("the same reading twice: 202, 409, one notification", func(t *testing.T) {
+		body := careReading("fall-0002", "fall", 1, "boolean")
+		rc := e.accept(t, body, sotercare.Critical, sotercare.Caregiver)
+		code, a := e.post(t, body)
+		if code != http.StatusConflict || a.Code != sotercare.CodeDuplicateEvent {
+			t.Fatalf("second post: %d %+v, want 409 %s", code, a, sotercare.CodeDuplicateEvent)
+		}
+		if reqs := e.waitNotified(t, rc.EventID); len(reqs) != 1 {
+			t.Fatalf("notifier got %d requests for %s, want exactly 1", len(reqs), rc.EventID)
+		}
+	})
+
+	t.Run("invalid readings are refused", func(t *testing.T) {
+		for name, body := range map[string]string{
+			"unsupported type": careReading("tmp-0001", "temperature", 37, "celsius"),
+			"out of range":     careReading("vit-0003", "vitals", 241, "bpm"),
+			"malformed JSON":   `{"eventId":"fall-0003","deviceId":`,
+		} {
+			code, a := e.post(t, body)
+			if code != http.StatusBadRequest || a.Code != sotercare.CodeInvalidEvent || a.Message == "" {
+				t.Errorf("%s: %d %+v, want 400 %s with a message", name, code, a, sotercare.CodeInvalidEvent)
+			}
+		}
+	})
+}
+
+// JetStream away: the reading is refused with 503 and not stored; once it
+// is back, the same eventId is accepted and notified once.
+func TestSoterCareBrokerDown(t *testing.T) {
+	e := startCare(t, sinktest.Always(http.StatusOK))
+	body := careReading("fall-0100", "fall", 1, "boolean")
+
+	e.srv.Shutdown()
+	code, a := e.post(t, body)
+	if code != http.StatusServiceUnavailable || a.Code != sotercare.CodeBrokerUnavailable {
+		t.Fatalf("with JetStream stopped: %d %+v, want 503 %s", code, a, sotercare.CodeBrokerUnavailable)
+	}
+
+	e.srv.Restart(t)
+	natstest.Eventually(t, careTimeout, func() error {
+		if !e.api.IsConnected() {
+			return errors.New("the API's connection has not reconnected yet")
+		}
+		return nil
+	})
+	rc := e.accept(t, body, sotercare.Critical, sotercare.Caregiver)
+	reqs := e.waitNotified(t, rc.EventID)
+	if len(reqs) != 1 {
+		t.Fatalf("notifier got %d requests for %s, want exactly 1", len(reqs), rc.EventID)
+	}
+	checkAlert(t, reqs[0], rc.EventID, "care.caregiver.fall", "CRITICAL", sotercare.Critical)
+}
+
+// A notifier failing with 500 twice, then recovering: the critical alert is
+// redelivered after the route's first two backoffs and delivered on the
+// third delivery, within its max_deliver.
+func TestSoterCareNotifierRecovers(t *testing.T) {
+	e := startCare(t, sinktest.Sequence(http.StatusInternalServerError, http.StatusInternalServerError, http.StatusOK))
+	route := careRoute(t, e.cfg, "caregiver-critical")
+	rc := e.accept(t, careReading("fall-0200", "fall", 1, "boolean"), sotercare.Critical, sotercare.Caregiver)
+
+	natstest.Eventually(t, careTimeout, func() error {
+		if got := e.outcomes(rc.EventID); len(got) < 3 {
+			return fmt.Errorf("%d settlements for %s, want 3", len(got), rc.EventID)
+		}
+		return nil
+	})
+	e.quiet(t)
+	got := e.outcomes(rc.EventID)
+	want := []string{bridge.OutcomeRedeliveryScheduled, bridge.OutcomeRedeliveryScheduled, bridge.OutcomeDelivered}
+	if len(got) != len(want) {
+		t.Fatalf("%d settlements, want %d: %+v", len(got), len(want), got)
+	}
+	for i, s := range got {
+		if s.Outcome != want[i] || s.Route != route.Name || s.Delivered != uint64(i+1) {
+			t.Fatalf("settlement %d: %s on %s delivery %d, want %s on %s delivery %d", i, s.Outcome, s.Route, s.Delivered, want[i], route.Name, i+1)
+		}
+		if i < 2 && s.Delay != route.BackoffFor(i+1) {
+			t.Errorf("redelivery %d after %s, want the configured %s", i+1, s.Delay, route.BackoffFor(i+1))
+		}
+	}
+	if got[2].Delivered > uint64(route.MaxDeliver) {
+		t.Fatalf("delivered on delivery %d, beyond max_deliver %d", got[2].Delivered, route.MaxDeliver)
+	}
+	reqs := e.requestsFor(rc.EventID)
+	var attempts []string
+	for _, r := range reqs {
+		attempts = append(attempts, r.Header.Get("X-Delivery-Attempt"))
+	}
+	if !slices.Equal(attempts, []string{"1", "2", "3"}) {
+		t.Fatalf("notifier saw attempts %v, want [1 2 3]", attempts)
+	}
+	checkAlert(t, reqs[2], rc.EventID, "care.caregiver.fall", "CRITICAL", sotercare.Critical)
+}
+
+// A notifier answering 400 rejects the alert: one request, then a dead
+// letter carrying the eventId.
+func TestSoterCareNotifierRejects(t *testing.T) {
+	e := startCare(t, sinktest.Always(http.StatusBadRequest))
+	rc := e.accept(t, careReading("vit-0200", "vitals", 45, "bpm"), sotercare.High, sotercare.Caregiver)
+	reqs := e.waitNotified(t, rc.EventID)
+	if len(reqs) != 1 {
+		t.Fatalf("notifier got %d requests for %s, want exactly 1 (a 400 is not retried)", len(reqs), rc.EventID)
+	}
+	var dead []*jetstream.RawStreamMsg
+	natstest.Eventually(t, careTimeout, func() error {
+		dead = streamMsgs(t, e.js, e.cfg.DeadLetter.Stream)
+		if len(dead) != 1 {
+			return fmt.Errorf("%d dead letters, want 1", len(dead))
+		}
+		return nil
+	})
+	h := dead[0].Header
+	if h.Get("Event-Id") != rc.EventID || h.Get(bridge.HeaderReason) != bridge.ReasonRejected || h.Get(bridge.HeaderStatus) != "400" ||
+		h.Get(bridge.HeaderRoute) != "caregiver-alerts" || h.Get(bridge.HeaderOriginalSubject) != "events.warning.care.caregiver.vitals" {
+		t.Fatalf("dead letter headers %v, want event %s rejected with 400 on caregiver-alerts", h, rc.EventID)
+	}
+	if dead[0].Subject != "dlq.caregiver-alerts.events.warning.care.caregiver.vitals" {
+		t.Fatalf("dead letter subject %s", dead[0].Subject)
+	}
+	var alert sotercare.Alert
+	if err := json.Unmarshal(dead[0].Data, &alert); err != nil || alert.EventID != rc.EventID {
+		t.Fatalf("dead letter payload %s (%v), want the alert for %s", dead[0].Data, err, rc.EventID)
+	}
+}
+
+func careRoute(t *testing.T, cfg *config.Config, name string) *config.Route {
+	t.Helper()
+	for _, r := range cfg.Routes {
+		if r.Name == name {
+			return r
+		}
+	}
+	t.Fatalf("config/sotercare.yaml has no route %s", name)
+	return nil
+}
+
+func getMsg(t *testing.T, js jetstream.JetStream, stream string, seq uint64) *jetstream.RawStreamMsg {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatalf("stream %s: %v", stream, err)
+	}
+	m, err := s.GetMsg(ctx, seq)
+	if err != nil {
+		t.Fatalf("stream %s seq %d: %v", stream, seq, err)
+	}
+	return m
+}
+
+// streamMsgs reads every message of a stream (none if it does not exist).
+func streamMsgs(t *testing.T, js jetstream.JetStream, stream string) []*jetstream.RawStreamMsg {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
+	}
+	if err != nil {
+		t.Fatalf("stream %s: %v", stream, err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatalf("stream %s: %v", stream, err)
+	}
+	var out []*jetstream.RawStreamMsg
+	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("stream %s seq %d: %v", stream, seq, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
