@@ -61,6 +61,7 @@ shutdown_timeout: %s
 destinations:
   sink:
     url: %s/events
+    timeout: 10s
 routes:
   - name: %s
     subjects: ["events.>"]
@@ -257,7 +258,10 @@ type proc struct {
 func runBridge(t *testing.T, cfgPath string) *proc {
 	t.Helper()
 	p := &proc{admin: freeAddr(t)}
-	p.child = startBridge(t, bridgeBinary(t), []string{"run", "--config", cfgPath}, "JETBRIDGE_ADMIN_LISTEN="+p.admin)
+	// A race-built binary sleeps 1 s at exit unless told not to; the exit
+	// times measured here are the bridge's own.
+	p.child = startBridge(t, bridgeBinary(t), []string{"run", "--config", cfgPath},
+		"JETBRIDGE_ADMIN_LISTEN="+p.admin, "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	t.Cleanup(func() {
 		if strings.Contains(p.stderr.String(), "WARNING: DATA RACE") {
 			t.Errorf("the bridge (pid %d) reported a data race:\n%s", p.cmd.Process.Pid, p.stderr.String())

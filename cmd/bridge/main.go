@@ -21,6 +21,7 @@ commands:
   check    validate the configuration and print the routing table
   receive  a local webhook receiver for trying the bridge
   dlq      list, show, replay or purge dead letters ("bridge dlq help")
+  demo     a self-contained tour in under 30 s: JetStream, a flaky receiver, the bridge
   version  print version information
 
 Every command takes --config FILE (default $BRIDGE_CONFIG).
@@ -60,6 +61,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdReceive(args, stdout, stderr)
 	case "dlq":
 		err = cmdDLQ(args, stdout, stderr)
+	case "demo":
+		err = cmdDemo(args, stdout, stderr)
 	case "version":
 		err = cmdVersion(args, stdout, stderr)
 	case "help":

@@ -288,10 +288,7 @@ func routeURLs(routes []string) ([]*url.URL, error) {
 	out := make([]*url.URL, 0, len(routes))
 	for _, r := range routes {
 		u, err := url.Parse(r)
-		if err != nil {
-			return nil, fmt.Errorf("embedded: cluster route %q: %w", r, err)
-		}
-		if u.Host == "" || (u.Scheme != "nats" && u.Scheme != "nats-route") {
+		if err != nil || u.Host == "" || (u.Scheme != "nats" && u.Scheme != "nats-route") {
 			return nil, fmt.Errorf("embedded: cluster route %q: want nats://host:port", r)
 		}
 		out = append(out, u)

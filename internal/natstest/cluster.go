@@ -89,7 +89,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	t.Cleanup(c.shutdownAll)
 	c.waitFormed(t)
 	t.Logf("natstest: %d-node cluster usable after %s (meta leader n%d)",
-		n, time.Since(begin).Round(time.Millisecond), c.metaLeader()+1)
+		n, time.Since(begin).Round(time.Millisecond), c.MetaLeader()+1)
 	return c
 }
 
@@ -205,15 +205,10 @@ func (c *Cluster) shutdownAll() {
 	wg.Wait()
 }
 
-// metaLeader is the index of the node that leads the meta group, or -1.
-// Only the running nodes are asked.
-func (c *Cluster) metaLeader() int {
-	for i := range c.nodes {
-		if s := c.raw(i); s != nil && s.JetStreamIsLeader() {
-			return i
-		}
-	}
-	return -1
+// MetaLeader is the index of the only running node that leads the
+// JetStream meta group, or -1 (none, or two during a hand-off).
+func (c *Cluster) MetaLeader() int {
+	return c.onlyLeader(func(s *server.Server) bool { return s.JetStreamIsLeader() })
 }
 
 // waitFormed waits until the running nodes form a working JetStream
@@ -245,7 +240,7 @@ func (c *Cluster) formed() error {
 			return fmt.Errorf("node %s not current with the meta group", c.Name(i))
 		}
 	}
-	l := c.metaLeader()
+	l := c.MetaLeader()
 	if l < 0 {
 		return errors.New("no JetStream meta leader")
 	}
