@@ -62,7 +62,7 @@ func crashScenario(t *testing.T, idempotency bool) {
 	// Then every event was delivered, none dead-lettered, and only events
 	// in flight at the kill were sent twice
 	reqs := sink.Requests()
-	r := account(t, js, "crash", n, reqs)
+	r := account(t, js, l, reqs)
 	recent := 0 // requests that arrived within one destination delay before the kill
 	for _, q := range reqs[:atKill] {
 		if q.At.After(killedAt.Add(-destDelay)) {

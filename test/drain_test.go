@@ -35,7 +35,8 @@ func TestSIGTERMDrainsInFlight(t *testing.T) {
 		maxInFlight: inFlight, ackWait: 30 * time.Second, shutdownTimeout: shutdownTimeout,
 	}
 	sc.provision(t, js)
-	natstest.NewLedger("drain", n).Publish(t, js, "events.info.drain")
+	l := natstest.NewLedger("drain", n)
+	l.Publish(t, js, "events.info.drain")
 	path := sc.file(t)
 	b := runBridge(t, path)
 	sink.WaitCount(t, inFlight, countTimeout)
@@ -68,7 +69,7 @@ func TestSIGTERMDrainsInFlight(t *testing.T) {
 
 	// Then the other 30 are delivered and every event was sent exactly once:
 	// 80 deliveries in all, none a redelivery
-	r := account(t, js, "drain", n, sink.Requests())
+	r := account(t, js, l, sink.Requests())
 	if r.DuplicateCount != 0 || r.DeadLettered != 0 {
 		t.Errorf("%s; want every event delivered exactly once", r)
 	}
@@ -104,7 +105,8 @@ func TestSIGTERMCutsOffAfterShutdownTimeout(t *testing.T) {
 		maxInFlight: inFlight, ackWait: ackWait, shutdownTimeout: shutdownTimeout,
 	}
 	sc.provision(t, js)
-	natstest.NewLedger("cut", n).Publish(t, js, "events.info.cut")
+	l := natstest.NewLedger("cut", n)
+	l.Publish(t, js, "events.info.cut")
 	path := sc.file(t)
 	b := runBridge(t, path)
 	sink.WaitCount(t, inFlight, countTimeout)
@@ -136,7 +138,7 @@ func TestSIGTERMCutsOffAfterShutdownTimeout(t *testing.T) {
 	redelivered := time.Since(restartAt)
 	natstest.WaitQuiet(t, js, streamName, routeName, quietTimeout)
 	reqs := sink.Requests()
-	r := account(t, js, "cut", n, reqs)
+	r := account(t, js, l, reqs)
 	t.Logf("exit 0 %s after SIGTERM; the %d cut off were redelivered within %s of the restart; %s",
 		exitAfter.Round(time.Millisecond), inFlight, redelivered.Round(time.Millisecond), r)
 	for id, copies := range byEventID(reqs) {

@@ -133,18 +133,19 @@ func byEventID(reqs []sinktest.Request) map[string][]sinktest.Request {
 }
 
 // account feeds every request the sink received and every dead letter to
-// a fresh ledger of n events and checks it: nothing may be missing. It
-// returns the report for the scenario's own bounds on duplicates.
-func account(t *testing.T, js jetstream.JetStream, prefix string, n int, reqs []sinktest.Request) natstest.LedgerReport {
+// l, the ledger the scenario published, and checks it: nothing may be
+// missing. It returns the report for the scenario's own bounds on
+// duplicates.
+func account(t *testing.T, js jetstream.JetStream, l *natstest.Ledger, reqs []sinktest.Request) natstest.LedgerReport {
 	t.Helper()
-	l := natstest.NewLedger(prefix, n)
-	l.Delivered(eventIDs(reqs)...)
+	ids := eventIDs(reqs)
+	l.Delivered(ids...)
 	l.ReadDeadLetters(t, js, dlqStream)
 	r, err := l.Check()
 	if err != nil {
 		t.Fatal(err)
 	}
-	assertLedgerCatches(t, prefix, n, eventIDs(reqs))
+	assertLedgerCatches(t, l.Prefix(), l.N(), ids)
 	return r
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/sotercare/jetbridge/internal/natstest"
 	"github.com/sotercare/jetbridge/internal/sinktest"
 	"github.com/sotercare/jetbridge/internal/sotercare"
+	"github.com/sotercare/jetbridge/subjects"
 )
 
 // careTimeout bounds every wait of the SoterCare scenarios.
@@ -456,4 +457,82 @@ func streamMsgs(t *testing.T, js jetstream.JetStream, stream string) []*jetstrea
 		out = append(out, m)
 	}
 	return out
+}
+
+// config/sotercare.yaml as the issue describes it: every caregiver-bound
+// alert, and nothing else, reaches the caregiver notifier; critical ones
+// get more deliveries and a shorter backoff; the environment overrides the
+// embedded server, the admin address and the notifier URL.
+func TestSoterCareConfig(t *testing.T) {
+	path := filepath.Join(moduleRoot(t), "config", "sotercare.yaml")
+	for _, k := range []string{"CAREGIVER_URL", "JETBRIDGE_NATS_LISTEN", "JETBRIDGE_STORE_DIR", "JETBRIDGE_ADMIN_LISTEN"} {
+		t.Setenv(k, "") // t.Setenv restores it; an empty value is not "unset" for ${VAR:-default}
+	}
+	cfg, err := config.LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Destinations["caregiver"].URL.Value(); got != "http://127.0.0.1:9091/notifier/alerts" {
+		t.Errorf("caregiver url %q", got)
+	}
+	if cfg.Admin.Listen != "127.0.0.1:8089" || !cfg.Embedded() {
+		t.Errorf("admin %q, embedded %v", cfg.Admin.Listen, cfg.Embedded())
+	}
+	t.Setenv("CAREGIVER_URL", "http://127.0.0.1:1/x")
+	t.Setenv("JETBRIDGE_ADMIN_LISTEN", "127.0.0.1:1")
+	t.Setenv("JETBRIDGE_NATS_LISTEN", "127.0.0.1:2")
+	t.Setenv("JETBRIDGE_STORE_DIR", "/tmp/elsewhere")
+	if cfg, err = config.LoadFile(path); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Destinations["caregiver"].URL.Value() != "http://127.0.0.1:1/x" || cfg.Admin.Listen != "127.0.0.1:1" ||
+		cfg.NATS.Embedded.Listen != "127.0.0.1:2" || cfg.NATS.Embedded.StoreDir != "/tmp/elsewhere" {
+		t.Errorf("environment not applied: %+v %+v", cfg.NATS.Embedded, cfg.Admin)
+	}
+
+	critical, alerts := careRoute(t, cfg, "caregiver-critical"), careRoute(t, cfg, "caregiver-alerts")
+	if len(cfg.Routes) != 2 || critical.Destination != "caregiver" || alerts.Destination != "caregiver" {
+		t.Fatalf("want exactly the two caregiver routes, got %d routes", len(cfg.Routes))
+	}
+	if critical.MaxDeliver <= alerts.MaxDeliver {
+		t.Errorf("critical max_deliver %d, want more than %d", critical.MaxDeliver, alerts.MaxDeliver)
+	}
+	for i := 1; i <= max(len(critical.Backoff), len(alerts.Backoff)); i++ {
+		if critical.BackoffFor(i) >= alerts.BackoffFor(i) {
+			t.Errorf("backoff after delivery %d: critical %s, want shorter than %s", i, critical.BackoffFor(i), alerts.BackoffFor(i))
+		}
+	}
+
+	// Every reading SoterCare can publish goes to the notifier exactly
+	// when SoterCare routed it to the caregiver.
+	for _, r := range []sotercare.Reading{
+		{EventType: "fall", Value: 1, Unit: "boolean"}, {EventType: "fall", Value: 0, Unit: "boolean"},
+		{EventType: "vitals", Value: 40, Unit: "bpm"}, {EventType: "vitals", Value: 80, Unit: "bpm"}, {EventType: "vitals", Value: 200, Unit: "bpm"},
+		{EventType: "moisture", Value: 10, Unit: "percent"}, {EventType: "moisture", Value: 90, Unit: "percent"},
+	} {
+		r.EventID, r.DeviceID, r.Timestamp = "evt-0001", "bed-3", 1
+		c, err := sotercare.Classify(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		subject, err := c.Subject("events", r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var matched []string
+		for _, route := range cfg.Routes {
+			for _, f := range route.Subjects {
+				if subjects.Match(f, subject) {
+					matched = append(matched, route.Name)
+				}
+			}
+		}
+		want := 0
+		if c.Route == sotercare.Caregiver {
+			want = 1
+		}
+		if len(matched) != want {
+			t.Errorf("%s (%s, %s): matched by routes %v, want %d route", subject, c.Severity, c.Route, matched, want)
+		}
+	}
 }

@@ -53,7 +53,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		defaultURL = nats.DefaultURL
 	}
 	listen := fs.String("listen", "127.0.0.1:8080", "address of the HTTP API")
-	natsURL := fs.String("nats-url", defaultURL, "NATS server (default $NATS_URL, else "+nats.DefaultURL+")")
+	natsURL := fs.String("nats-url", defaultURL, "NATS server ($NATS_URL when set)")
 	root := fs.String("root", "events", "subject root: subjects are <root>.<severity>.care.<route>.<eventType>")
 	timeout := fs.Duration("publish-timeout", sotercare.DefaultPublishTimeout, "how long to wait for JetStream to store a reading")
 	logFormat := fs.String("log-format", "console", "console | json")

@@ -215,7 +215,19 @@ func (c *Cluster) MetaLeader() int {
 // cluster; see StartCluster.
 func (c *Cluster) waitFormed(t testing.TB) {
 	t.Helper()
-	Eventually(t, clusterTimeout, c.formed)
+	// What the cluster waited for, and when, goes to the logs: a slow
+	// start is then explained when the test fails.
+	begin := time.Now()
+	last := ""
+	Eventually(t, clusterTimeout, func() error {
+		err := c.formed()
+		if msg := fmt.Sprint(err); msg != last {
+			last = msg
+			fmt.Fprintf(c.logs, "%s natstest +%s: cluster formed: %s\n",
+				time.Now().Format("15:04:05.000"), time.Since(begin).Round(time.Millisecond), msg)
+		}
+		return err
+	})
 	// The API answers through every running node.
 	for i, n := range c.nodes {
 		if c.Running(i) {
@@ -353,9 +365,16 @@ func (c *Cluster) WaitStreamCurrent(t testing.TB, stream string) {
 // leads it. It returns the new leader's index.
 func (c *Cluster) StepDownStream(t testing.TB, nc *nats.Conn, stream string) int {
 	t.Helper()
-	return c.stepDown(t, nc, "stream "+stream,
-		"$JS.API.STREAM.LEADER.STEPDOWN."+stream,
-		func() int { return c.streamLeaderRaw(stream) })
+	return c.stepDown(t, nc, "stream "+stream, "$JS.API.STREAM.LEADER.STEPDOWN."+stream,
+		func() int { return c.streamLeaderRaw(stream) }, -1)
+}
+
+// MoveStreamLeader makes node to the leader of stream: a stepdown with
+// node to as the preferred new leader. It is a no-op if to leads already.
+func (c *Cluster) MoveStreamLeader(t testing.TB, nc *nats.Conn, stream string, to int) {
+	t.Helper()
+	c.stepDown(t, nc, "stream "+stream, "$JS.API.STREAM.LEADER.STEPDOWN."+stream,
+		func() int { return c.streamLeaderRaw(stream) }, to)
 }
 
 // StepDownConsumer asks the leader of the consumer to step down
@@ -363,12 +382,22 @@ func (c *Cluster) StepDownStream(t testing.TB, nc *nats.Conn, stream string) int
 // another node leads it. It returns the new leader's index.
 func (c *Cluster) StepDownConsumer(t testing.TB, nc *nats.Conn, stream, consumer string) int {
 	t.Helper()
-	return c.stepDown(t, nc, "consumer "+stream+"/"+consumer,
-		"$JS.API.CONSUMER.LEADER.STEPDOWN."+stream+"."+consumer,
-		func() int { return c.consumerLeaderRaw(stream, consumer) })
+	return c.stepDown(t, nc, "consumer "+stream+"/"+consumer, "$JS.API.CONSUMER.LEADER.STEPDOWN."+stream+"."+consumer,
+		func() int { return c.consumerLeaderRaw(stream, consumer) }, -1)
 }
 
-func (c *Cluster) stepDown(t testing.TB, nc *nats.Conn, what, subject string, leader func() int) int {
+// MoveConsumerLeader makes node to the leader of the consumer: a stepdown
+// with node to as the preferred new leader. It is a no-op if to leads
+// already.
+func (c *Cluster) MoveConsumerLeader(t testing.TB, nc *nats.Conn, stream, consumer string, to int) {
+	t.Helper()
+	c.stepDown(t, nc, "consumer "+stream+"/"+consumer, "$JS.API.CONSUMER.LEADER.STEPDOWN."+stream+"."+consumer,
+		func() int { return c.consumerLeaderRaw(stream, consumer) }, to)
+}
+
+// stepDown sends stepdown requests to subject until the leader changes,
+// to node to if to >= 0, and returns the new leader.
+func (c *Cluster) stepDown(t testing.TB, nc *nats.Conn, what, subject string, leader func() int, to int) int {
 	t.Helper()
 	begin := time.Now()
 	var old int
@@ -378,13 +407,34 @@ func (c *Cluster) stepDown(t testing.TB, nc *nats.Conn, what, subject string, le
 		}
 		return nil
 	})
+	if old == to {
+		return old
+	}
+	done := func(now int) bool { return now >= 0 && now != old && (to < 0 || now == to) }
+	var body []byte
+	if to >= 0 {
+		body = fmt.Appendf(nil, `{"placement":{"preferred":%q}}`, c.Name(to))
+	}
+	want := "another node"
+	if to >= 0 {
+		want = c.Name(to)
+	}
 	// The request is answered by the leader; a request lost in a hand-off
-	// gets no reply, so it is repeated until one says it stepped down.
+	// gets no reply, and a preferred node that is not current may be
+	// passed over, so the request is repeated (at most once a second
+	// after a success) until the wanted leader is elected.
+	var now int
+	var sent time.Time
+	pause := time.Duration(0) // before the next request
 	Eventually(t, clusterTimeout, func() error {
-		if now := leader(); now >= 0 && now != old {
-			return nil // it changed anyway
+		if now = leader(); done(now) {
+			return nil
 		}
-		msg, err := nc.Request(subject, nil, apiTimeout)
+		if time.Since(sent) < pause {
+			return fmt.Errorf("%s: leader is %d, want %s (was %s)", what, now, want, c.Name(old))
+		}
+		sent, pause = time.Now(), 250*time.Millisecond
+		msg, err := nc.Request(subject, body, apiTimeout)
 		if err != nil {
 			return fmt.Errorf("%s: stepdown request: %w", what, err)
 		}
@@ -406,14 +456,8 @@ func (c *Cluster) stepDown(t testing.TB, nc *nats.Conn, what, subject string, le
 		if !resp.Success {
 			return fmt.Errorf("%s: stepdown not successful: %s", what, msg.Data)
 		}
-		return nil
-	})
-	var now int
-	Eventually(t, clusterTimeout, func() error {
-		if now = leader(); now < 0 || now == old {
-			return fmt.Errorf("%s: no new leader yet (was %s)", what, c.Name(old))
-		}
-		return nil
+		pause = time.Second
+		return fmt.Errorf("%s: stepdown accepted, waiting for %s to lead (was %s)", what, want, c.Name(old))
 	})
 	t.Logf("natstest: %s leader %s -> %s in %s", what, c.Name(old), c.Name(now), time.Since(begin).Round(time.Millisecond))
 	return now

@@ -46,6 +46,9 @@ func NewLedger(prefix string, n int) *Ledger {
 	return &Ledger{prefix: prefix, n: n, delivered: map[string]int{}, dead: map[string]int{}}
 }
 
+// Prefix is the prefix of the ledger's event ids.
+func (l *Ledger) Prefix() string { return l.prefix }
+
 // N is the number of events in the ledger.
 func (l *Ledger) N() int { return l.n }
 
