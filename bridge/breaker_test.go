@@ -183,3 +183,18 @@ func countOf(xs []string, x string) int {
 	}
 	return n
 }
+
+// Transitions that arrive swapped (failsafe-go calls its listener outside
+// its lock) are reported in chain order.
+func TestBreakerTransitionsReportedInOrder(t *testing.T) {
+	d := &destination{name: "d"}
+	var got []string
+	report := func(_ string, from, to BreakerState) { got = append(got, from.String()+"->"+to.String()) }
+	d.transition(BreakerClosed, BreakerOpen, report)
+	d.transition(BreakerHalfOpen, BreakerClosed, report) // arrives before its predecessor
+	d.transition(BreakerOpen, BreakerHalfOpen, report)
+	want := []string{"closed->open", "open->half-open", "half-open->closed"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("reported %v, want %v", got, want)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -63,6 +64,13 @@ type destination struct {
 	faults          faults
 	m               *metrics
 	log             zerolog.Logger
+
+	// Transitions are reported (logged, counted, passed on) in chain order:
+	// failsafe-go calls its listener outside its lock, so two transitions
+	// racing on two goroutines can arrive swapped.
+	transMu  sync.Mutex
+	reported BreakerState      // the state the last reported transition led to
+	early    [][2]BreakerState // transitions that arrived before their predecessor
 }
 
 // BreakerState is a destination's circuit state, as in the
@@ -186,13 +194,9 @@ func newDestination(cfg *config.Destination, log zerolog.Logger, onState func(de
 			WithDelay(cb.Delay.D()).
 			WithSuccessThreshold(uint(cb.SuccessThreshold)).
 			OnStateChanged(func(e circuitbreaker.StateChangedEvent) {
-				from, to := breakerState(e.OldState), breakerState(e.NewState)
-				d.log.Warn().Str("from", from.String()).Str("to", to.String()).Msg("circuit breaker state changed")
+				d.transition(breakerState(e.OldState), breakerState(e.NewState), onState)
 				next := make(chan struct{})
 				close(*d.changed.Swap(&next))
-				if onState != nil {
-					onState(d.name, from, to)
-				}
 			}).
 			Build()
 		policies = append(policies, d.breaker)
@@ -200,6 +204,31 @@ func newDestination(cfg *config.Destination, log zerolog.Logger, onState func(de
 	policies = append(policies, timeout.New[*response](cfg.Timeout.D()))
 	d.exec = failsafe.With(policies...)
 	return d, nil
+}
+
+// transition reports from -> to once every transition before it has been
+// reported, so that logs, the state gauge and OnBreaker always see a
+// consistent chain closed -> open -> half-open -> ...
+func (d *destination) transition(from, to BreakerState, onState func(dest string, from, to BreakerState)) {
+	d.transMu.Lock()
+	defer d.transMu.Unlock()
+	d.early = append(d.early, [2]BreakerState{from, to})
+	for {
+		i := slices.IndexFunc(d.early, func(t [2]BreakerState) bool { return t[0] == d.reported })
+		if i < 0 {
+			if len(d.early) < 8 {
+				return // wait for the missing predecessor
+			}
+			i = 0 // cannot happen; never let reports stall
+		}
+		t := d.early[i]
+		d.early = slices.Delete(d.early, i, i+1)
+		d.reported = t[1]
+		d.log.Warn().Str("from", t[0].String()).Str("to", t[1].String()).Msg("circuit breaker state changed")
+		if onState != nil {
+			onState(d.name, t[0], t[1])
+		}
+	}
 }
 
 // isTransport reports whether err means no HTTP response was obtained.
