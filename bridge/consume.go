@@ -19,8 +19,16 @@ import (
 // the messages it did not deliver stay pending).
 const fetchWait = 5 * time.Second
 
-// settleTimeout bounds the JetStream calls that settle a message.
-const settleTimeout = 5 * time.Second
+// fetchHeartbeat is the idle heartbeat of a pull; two missed ones end it.
+const fetchHeartbeat = time.Second
+
+// settleTimeout bounds the JetStream calls that settle a message (a dead
+// letter's publish included); ackTimeout bounds the wait for an ack's
+// confirmation.
+const (
+	settleTimeout = 5 * time.Second
+	ackTimeout    = 2 * time.Second
+)
 
 // ErrDeliveriesExhausted is the failure of a message that arrives with its
 // delivery budget already spent: its previous delivery was the last one
@@ -101,7 +109,10 @@ func (r *route) pull(ctx, work context.Context, workers *sync.WaitGroup) {
 			r.lookupConsumer(ctx)
 		}
 		fctx, cancel := context.WithTimeout(ctx, fetchWait)
-		batch, err := r.consumer().Fetch(n, jetstream.FetchContext(fctx))
+		// The heartbeat ends a pull the server no longer knows (it restarted,
+		// or a new leader took over) within a second or two, instead of
+		// leaving the route idle until the pull expires.
+		batch, err := r.consumer().Fetch(n, jetstream.FetchContext(fctx), jetstream.FetchHeartbeat(fetchHeartbeat))
 		if err != nil {
 			cancel()
 			r.release(n)
@@ -319,7 +330,15 @@ func (r *route) settle(m jetstream.Msg, ev *event, failure error, tries int, log
 		if r.b.faults.beforeAck != nil {
 			r.b.faults.beforeAck()
 		}
-		err = m.DoubleAck(ctx)
+		if r.b.js.Conn().IsConnected() {
+			actx, cancel := context.WithTimeout(ctx, ackTimeout)
+			err = m.DoubleAck(actx)
+			cancel()
+		} else {
+			// Disconnected: the client buffers the ack for the reconnect
+			// instead of holding this message's slot until a timeout.
+			err = m.Ack()
+		}
 		log.Debug().Int("tries", tries).Str("outcome", out.Outcome).Msg("settled")
 	case DeadLetter:
 		out.Outcome, out.Reason = OutcomeDeadLettered, s.Reason

@@ -86,6 +86,9 @@ func Decide(err error, delivered uint64, p SettlePolicy) Settlement {
 	switch {
 	case err == nil, errors.As(err, &dup):
 		return Settlement{Action: Ack}
+	case errors.Is(err, ErrInterrupted):
+		// Shutdown cut the attempt (or a hold) short: hand it back promptly.
+		return Settlement{Action: Redeliver, Delay: interruptedDelay}
 	case errors.As(err, &ce):
 		return Settlement{Action: Hold}
 	case errors.Is(err, ErrDeliveriesExhausted):
@@ -100,11 +103,8 @@ func Decide(err error, delivered uint64, p SettlePolicy) Settlement {
 	case errors.As(err, &te):
 		return redeliver(delivered, p, 0)
 	}
-	// Anything else (shutdown, a dead letter that could not be stored,
-	// an unexpected error) is not the message's fault: try again soon.
-	if errors.Is(err, ErrInterrupted) {
-		return Settlement{Action: Redeliver, Delay: interruptedDelay}
-	}
+	// Anything else (a dead letter that could not be stored, an unexpected
+	// error) is not the message's fault: try again after the backoff.
 	return Settlement{Action: Redeliver, Delay: p.backoff(delivered)}
 }
 

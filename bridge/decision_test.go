@@ -41,6 +41,7 @@ func decisionMismatches(decide decideFunc) []string {
 		{"invalid", wrap(&InvalidEventError{Reason: "x"}), 1, Settlement{Action: DeadLetter, Reason: ReasonInvalidEvent}},
 		{"exhausted", wrap(ErrDeliveriesExhausted), 4, Settlement{Action: DeadLetter, Reason: ReasonMaxDeliveries}},
 		{"interrupted", wrap(ErrInterrupted), 3, Settlement{Action: Redeliver, Delay: interruptedDelay}},
+		{"hold interrupted by shutdown", wrap(fmt.Errorf("%w: %w", ErrInterrupted, &CircuitOpenError{})), 1, Settlement{Action: Redeliver, Delay: interruptedDelay}},
 		{"retry-after longer than backoff", wrap(&DownstreamError{Status: 503, RetryAfter: 30 * time.Second}), 1, Settlement{Action: Redeliver, Delay: 30 * time.Second}},
 		{"retry-after shorter than backoff", wrap(&DownstreamError{Status: 429, RetryAfter: time.Millisecond}), 2, Settlement{Action: Redeliver, Delay: 5 * time.Second}},
 		{"retry-after capped", wrap(&DownstreamError{Status: 503, RetryAfter: 24 * time.Hour}), 1, Settlement{Action: Redeliver, Delay: time.Minute}},

@@ -55,6 +55,7 @@ func TestQuickstart(t *testing.T) {
 		"JETBRIDGE_STORE_DIR="+t.TempDir(),
 		"JETBRIDGE_RECEIVER_URL="+sink.URL()+"/events?token="+receiverToken,
 		"JETBRIDGE_LOG_FORMAT=json",
+		"JETBRIDGE_ADMIN_LISTEN="+freeAddr(t),
 	)
 	nc, js := b.waitReady(t, "nats://"+natsAddr, cfg.Stream.Name)
 
