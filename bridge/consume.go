@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -149,10 +150,15 @@ func (r *route) pull(ctx, work context.Context, workers *sync.WaitGroup) {
 }
 
 // pullFailed logs a failed pull, makes the next pull check that the
-// consumer still exists (a deleted one answers "no responders"), and backs
-// off.
+// consumer still exists when the error suggests it may not (a deleted one
+// answers "no responders"), and backs off.
 func (r *route) pullFailed(ctx context.Context, failures int, err error) {
-	r.rebind.Store(true)
+	// Only an error that can mean "no such consumer" is worth a lookup: after
+	// a leader change or a server shutdown the handle still works.
+	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
+		errors.Is(err, jetstream.ErrConsumerDeleted) {
+		r.rebind.Store(true)
+	}
 	r.log.Warn().Int("failures", failures).Str("error", err.Error()).Msg("pull failed")
 	sleep(ctx, retryPause(failures))
 }

@@ -15,6 +15,9 @@ import (
 // its consumer still has this bridge's configuration.
 const watchdogEvery = 15 * time.Second
 
+// lookupTimeout bounds a consumer lookup made from the pull loop.
+const lookupTimeout = time.Second
+
 // consumer returns the route's consumer handle (nil before Provision).
 func (r *route) consumer() jetstream.Consumer {
 	if c := r.cons.Load(); c != nil {
@@ -50,7 +53,9 @@ func (r *route) bindConsumer(ctx context.Context) error {
 // (a new durable would redeliver the whole stream): the route reports it
 // through Readiness until the bridge is restarted.
 func (r *route) lookupConsumer(ctx context.Context) {
-	lctx, cancel := context.WithTimeout(ctx, provisionTimeout)
+	// Short: a lookup sent to a server that is shutting down gets no answer,
+	// and the route pulls nothing while it waits.
+	lctx, cancel := context.WithTimeout(ctx, lookupTimeout)
 	defer cancel()
 	c, err := r.b.js.Consumer(lctx, r.b.cfg.Stream.Name, r.cfg.Name)
 	switch {

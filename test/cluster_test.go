@@ -610,3 +610,36 @@ func (b *clusterLogBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// The stall detector measures gaps in arrivals only while some event is
+// outstanding, from when it was stored or from the previous arrival.
+func TestClusterStallDetector(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	stored := map[string]time.Time{"a": at(0), "b": at(100), "c": at(5000)}
+	cases := []struct {
+		name     string
+		arrivals []clusterArrival
+		end      time.Time
+		want     time.Duration
+		wantID   string
+	}{
+		// a waits 300 ms; nothing is outstanding from 400 to 5000 ms
+		// (an idle gap is no stall); c waits 200 ms.
+		{"idle gap", []clusterArrival{{"a", at(300)}, {"b", at(400)}, {"c", at(5200)}}, at(6000), 300 * time.Millisecond, "a"},
+		// b is outstanding from 100 ms; arrivals of others (a duplicate
+		// of a) keep coming, so the stall is the longest gap: 1000 to
+		// 3000 ms.
+		{"gap while outstanding", []clusterArrival{{"a", at(50)}, {"a", at(1000)}, {"b", at(3000)}, {"c", at(5100)}}, at(6000), 2 * time.Second, "b"},
+		// c never arrives: the stall runs to the end.
+		{"never delivered", []clusterArrival{{"a", at(10)}, {"b", at(110)}}, at(9000), 4 * time.Second, "c"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := clusterLongestStall(stored, tc.arrivals, tc.end)
+			if got.d != tc.want || got.id != tc.wantID {
+				t.Fatalf("stall %s (%s waiting), want %s (%s)", got.d, got.id, tc.want, tc.wantID)
+			}
+		})
+	}
+}

@@ -1,5 +1,7 @@
-// Package embedded owns the bridge's default broker: a single-node
-// nats-server with JetStream, started inside the bridge process.
+// Package embedded owns the bridge's default broker: a nats-server with
+// JetStream started inside the bridge process, single-node by default, or
+// one node of a cluster (Options.Cluster; the tests run 3-node clusters in
+// one process).
 //
 // Invariants:
 //

@@ -68,6 +68,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 		routes[i] = fmt.Sprintf("nats://127.0.0.1:%d", p)
 	}
 	base := t.TempDir()
+	t.Cleanup(c.shutdownAll) // also the nodes started before a failed one
 	for i := range n {
 		name := fmt.Sprintf("n%d", i+1)
 		opts := embedded.Options{
@@ -86,7 +87,6 @@ func StartCluster(t testing.TB, n int) *Cluster {
 		node := &Server{opts: opts, url: srv.ClientURL(), srv: srv}
 		c.nodes = append(c.nodes, node)
 	}
-	t.Cleanup(c.shutdownAll)
 	c.waitFormed(t)
 	t.Logf("natstest: %d-node cluster usable after %s (meta leader n%d)",
 		n, time.Since(begin).Round(time.Millisecond), c.MetaLeader()+1)
@@ -174,8 +174,9 @@ func (c *Cluster) raw(i int) *server.Server {
 func (c *Cluster) Running(i int) bool { return c.raw(i) != nil }
 
 // Shutdown stops node i (a graceful nats-server shutdown: it hands off its
-// Raft leaderships and closes its client connections). It returns at once;
-// the remaining nodes elect new leaders on their own. With 3 nodes, R3
+// Raft leaderships and closes its client connections, as on SIGTERM). It
+// returns once the node has stopped, without waiting for the remaining
+// nodes to elect new leaders. With 3 nodes, R3
 // assets stay available.
 func (c *Cluster) Shutdown(i int) { c.nodes[i].Shutdown() }
 
@@ -221,7 +222,11 @@ func (c *Cluster) waitFormed(t testing.TB) {
 	last := ""
 	Eventually(t, clusterTimeout, func() error {
 		err := c.formed()
-		if msg := fmt.Sprint(err); msg != last {
+		msg := "yes"
+		if err != nil {
+			msg = err.Error()
+		}
+		if msg != last {
 			last = msg
 			fmt.Fprintf(c.logs, "%s natstest +%s: cluster formed: %s\n",
 				time.Now().Format("15:04:05.000"), time.Since(begin).Round(time.Millisecond), msg)

@@ -1,7 +1,9 @@
 // Package natstest owns the JetStream test harness: embedded servers on
 // loopback with a per-test store dir, restarts on the same store dir and
-// port, client connections, condition polling, and child processes for
-// crash (SIGKILL) tests.
+// port, 3-node clusters in one process (ready only once a JetStream meta
+// leader exists; stepdowns, node loss and restarts), client connections,
+// condition polling, child processes for crash (SIGKILL) tests, and a
+// ledger that accounts for every published event.
 //
 // Invariants:
 //
