@@ -33,6 +33,7 @@ func cmdReceive(args []string, stdout, stderr io.Writer) error {
 	failRate := fs.Float64("fail-rate", 0, "share of requests (0..1) answered 503 instead")
 	secret := fs.String("secret", "", "Standard Webhooks signing secret (whsec_...): verify signatures")
 	verbose := fs.Bool("verbose", false, "also print every header and the body")
+	delay := fs.Duration("delay", 0, "wait this long before answering each request (a slow destination)")
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return err
@@ -45,7 +46,7 @@ func cmdReceive(args []string, stdout, stderr io.Writer) error {
 	case *failRate < 0 || *failRate > 1:
 		return usageErr("--fail-rate %g: want a share between 0 and 1", *failRate)
 	}
-	rc := &receiver{status: *status, failRate: *failRate, verbose: *verbose, out: stdout}
+	rc := &receiver{status: *status, failRate: *failRate, verbose: *verbose, delay: *delay, out: stdout}
 	if *secret != "" {
 		keys, err := (&config.Signing{Secrets: []config.Secret{config.Secret(*secret)}}).Keys()
 		if err != nil {
@@ -84,6 +85,7 @@ type receiver struct {
 	failRate float64
 	keys     [][]byte
 	verbose  bool
+	delay    time.Duration
 	count    atomic.Int64
 	mu       sync.Mutex // serialises output lines
 	out      io.Writer
@@ -109,6 +111,13 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	} else if r.Header.Get("webhook-signature") != "" {
 		sig = "not checked (no --secret)"
+	}
+	if rc.delay > 0 {
+		select {
+		case <-time.After(rc.delay):
+		case <-r.Context().Done():
+			return // the client gave up
+		}
 	}
 	w.WriteHeader(status)
 
