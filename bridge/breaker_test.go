@@ -78,7 +78,7 @@ routes:
 			return fmt.Errorf("destination received %d requests, want exactly %d (4 before opening + %d probes)", requests, want, probes)
 		}
 		h.stop()
-		if logged := h.logs.count(`"message":"circuit breaker state changed"`); logged != len(h.transitions()) {
+		if logged := strings.Count(h.logs.String(), `"message":"circuit breaker state changed"`); logged != len(h.transitions()) {
 			return fmt.Errorf("%d state changes logged, want %d (one per transition)", logged, len(h.transitions()))
 		}
 		return nil

@@ -1,11 +1,9 @@
 package bridge
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -28,7 +26,7 @@ type harness struct {
 	js   jetstream.JetStream
 	cfg  *config.Config
 	b    *Bridge
-	logs *syncBuffer
+	logs *natstest.Buffer
 	reg  *prometheus.Registry
 
 	mu       sync.Mutex
@@ -60,7 +58,7 @@ func startBridge(t testing.TB, cfg *config.Config, f faults) *harness {
 func startBridgeOn(t testing.TB, srv *natstest.Server, cfg *config.Config, f faults) *harness {
 	t.Helper()
 	nc, js := natstest.Connect(t, srv.URL())
-	h := &harness{t: t, srv: srv, nc: nc, js: js, cfg: cfg, logs: &syncBuffer{}, reg: prometheus.NewRegistry()}
+	h := &harness{t: t, srv: srv, nc: nc, js: js, cfg: cfg, logs: &natstest.Buffer{}, reg: prometheus.NewRegistry()}
 	b, err := newBridge(cfg, js, Options{
 		Registerer: h.reg,
 		Logger:     zerolog.New(h.logs).Level(zerolog.DebugLevel),
@@ -203,27 +201,6 @@ func (h *harness) deadLetters() []*jetstream.RawStreamMsg {
 func (h *harness) quiet(route string) {
 	h.t.Helper()
 	natstest.WaitQuiet(h.t, h.js, h.cfg.Stream.Name, route, 10*time.Second)
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func (b *syncBuffer) count(substr string) int {
-	return strings.Count(b.String(), substr)
 }
 
 // expectBroken runs a check against a deliberately broken bridge and fails

@@ -1,14 +1,12 @@
 package test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,7 +21,7 @@ import (
 // dead-letter stream ends empty.
 func TestReplayKilledHalfwayThenRerun(t *testing.T) {
 	// Given 30 events dead-lettered by a running bridge (destination 400).
-	bin := buildBridge(t, moduleRoot(t))
+	bin := bridgeBinary(t)
 	srv := natstest.Start(t)
 	_, js := natstest.Connect(t, srv.URL())
 	sink := sinktest.New(t, sinktest.Always(400))
@@ -71,7 +69,7 @@ routes:
 	sink.SetScript(sinktest.Always(200))
 
 	// When a replay at 10 per second is killed after about half of them.
-	var out lockedBuf
+	var out natstest.Buffer
 	replay := exec.Command(bin, "dlq", "replay", "--config", cfgPath, "--all", "--rate", "10")
 	replay.Stdout, replay.Stderr = &out, &out
 	if err := replay.Start(); err != nil {
@@ -122,21 +120,4 @@ routes:
 	if l, err := dlq.List(ctx, bridge.DLQFilter{}, false); err != nil || len(l) != 0 {
 		t.Errorf("%d dead letters left (%v), want 0", len(l), err)
 	}
-}
-
-type lockedBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

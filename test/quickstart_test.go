@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -40,7 +39,7 @@ func TestQuickstart(t *testing.T) {
 	// Given the bridge binary run with config/quickstart.yaml, a free NATS
 	// port, a fresh store and a receiver that answers 200.
 	root := moduleRoot(t)
-	bin := buildBridge(t, root)
+	bin := bridgeBinary(t)
 	quickstart := filepath.Join(root, "config", "quickstart.yaml")
 	cfg, err := config.LoadFile(quickstart)
 	if err != nil {
@@ -172,18 +171,6 @@ func moduleRoot(t *testing.T) string {
 	return root
 }
 
-// buildBridge builds cmd/bridge into a temporary directory.
-func buildBridge(t *testing.T, root string) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "bridge")
-	cmd := exec.CommandContext(t.Context(), "go", "build", "-o", bin, "./cmd/bridge")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/bridge: %v\n%s", err, out)
-	}
-	return bin
-}
-
 // freeAddr returns a loopback address with a port that was free a moment
 // ago.
 func freeAddr(t *testing.T) string {
@@ -199,28 +186,10 @@ func freeAddr(t *testing.T) string {
 	return addr
 }
 
-// lockedBuffer is a bytes.Buffer safe for concurrent writes and reads.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // child is the bridge running as a child process.
 type child struct {
 	cmd            *exec.Cmd
-	stdout, stderr lockedBuffer
+	stdout, stderr natstest.Buffer
 	done           chan struct{} // closed once the process has been reaped
 }
 

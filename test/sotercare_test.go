@@ -63,7 +63,7 @@ func startCare(t *testing.T, script sinktest.Script) *careEnv {
 
 	e := &careEnv{srv: natstest.Start(t), cfg: cfg, notifier: notifier}
 	_, e.js = natstest.Connect(t, e.srv.URL())
-	logs := &lockedBuffer{}
+	logs := &natstest.Buffer{}
 	b, err := bridge.New(cfg, e.js, bridge.Options{
 		Logger: zerolog.New(logs).Level(zerolog.DebugLevel),
 		OnSettle: func(s bridge.Settled) {

@@ -22,7 +22,7 @@ import (
 // service is one in-process run of the command.
 type service struct {
 	addr   string
-	stdout *lockedBuffer
+	stdout *natstest.Buffer
 	stop   func() int // cancels the run and returns its exit code
 }
 
@@ -31,8 +31,8 @@ type service struct {
 func start(t *testing.T, args ...string) *service {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	out := &lockedBuffer{}
-	var stderr lockedBuffer
+	out := &natstest.Buffer{}
+	var stderr natstest.Buffer
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, append([]string{"--listen", "127.0.0.1:0", "--log-format", "json", "--publish-timeout", "1s"}, args...), out, &stderr)
@@ -167,21 +167,4 @@ func TestUsage(t *testing.T) {
 			t.Errorf("%q: nothing on stderr", args)
 		}
 	}
-}
-
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

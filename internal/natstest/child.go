@@ -27,7 +27,7 @@ func ChildRole() string { return os.Getenv(ChildEnv) }
 // Child is a copy of the test binary running one test as a child process.
 type Child struct {
 	cmd  *exec.Cmd
-	out  lockedBuffer
+	out  Buffer
 	done chan struct{} // closed once the process has been reaped
 	err  error         // from cmd.Wait; read only after done is closed
 }
@@ -127,19 +127,21 @@ func (c *Child) Wait(timeout time.Duration) (int, error) {
 	return c.cmd.ProcessState.ExitCode(), nil
 }
 
-// lockedBuffer is a bytes.Buffer safe for one writer and many readers.
-type lockedBuffer struct {
+// Buffer is a bytes.Buffer safe for concurrent writes and reads: for the
+// output of child processes and for logs that tests read while the code
+// under test writes them.
+type Buffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *lockedBuffer) Write(p []byte) (int, error) {
+func (b *Buffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *lockedBuffer) String() string {
+func (b *Buffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()

@@ -41,7 +41,7 @@ const account = server.DEFAULT_GLOBAL_ACCOUNT
 type Cluster struct {
 	name  string
 	nodes []*Server
-	logs  *lockedBuffer
+	logs  *Buffer
 }
 
 // StartCluster starts an n-node JetStream cluster and waits until it is
@@ -56,7 +56,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 		t.Fatalf("natstest: StartCluster: need at least 1 node, got %d", n)
 	}
 	begin := time.Now()
-	c := &Cluster{name: "natstest", logs: &lockedBuffer{}}
+	c := &Cluster{name: "natstest", logs: &Buffer{}}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("cluster server logs:\n%s", c.logs.String())
