@@ -2,9 +2,7 @@ package bridge
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -33,20 +31,7 @@ func TestKilledDuringFinalDeliveryThenRestarted(t *testing.T) {
 	sink := sinktest.New(t, func(sinktest.Request) sinktest.Response { return sinktest.Response{Hang: true} })
 	yaml := fmt.Sprintf(maxDeliverRoute, sink.URL(), 1)
 	srv := natstest.Start(t)
-	child := natstest.StartChild(t, "TestChildBridge", "bridge",
-		"JETBRIDGE_TEST_NATS_URL="+srv.URL(), "JETBRIDGE_TEST_CONFIG="+yaml)
-	natstest.Eventually(t, 20*time.Second, func() error {
-		if !strings.Contains(child.Output(), "child bridge ready") {
-			return errors.New("child bridge not ready")
-		}
-		return nil
-	})
-	_, js := natstest.Connect(t, srv.URL())
-	if _, err := js.Publish(context.Background(), "events.info.x", []byte(`{}`), jetstream.WithMsgID("e1")); err != nil {
-		t.Fatal(err)
-	}
-	sink.WaitCount(t, 1, settleWait)
-	child.Kill()
+	killChildWhileSending(t, srv, sink, yaml)
 
 	h := startBridgeOn(t, srv, testConfig(t, "%s", yaml), faults{})
 	out := h.waitOutcomes(1, settleWait, outcomeIs(OutcomeDeadLettered))
@@ -85,20 +70,7 @@ func TestMaxDeliveriesAdvisoryWhileNoBridgeRuns(t *testing.T) {
 		}
 		// Three deliveries (max_deliver + 1) that nobody settles, as if the
 		// bridges receiving them had died.
-		cons := pre.routes[0].consumer()
-		for i := 1; i <= 3; i++ {
-			b, err := cons.Fetch(1, jetstream.FetchMaxWait(3*time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
-			n := 0
-			for range b.Messages() {
-				n++
-			}
-			if n != 1 {
-				t.Fatalf("delivery %d: got %d messages", i, n)
-			}
-		}
+		leaveUnsettled(t, pre.routes[0].consumer(), 3)
 		adv, err := js.Stream(ctx, AdvisoryStreamName(cfg.DeadLetter))
 		if err != nil {
 			t.Fatal(err)

@@ -2,8 +2,10 @@ package bridge
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/sotercare/jetbridge/config"
 	"github.com/sotercare/jetbridge/internal/natstest"
+	"github.com/sotercare/jetbridge/internal/sinktest"
 )
 
 // harness runs one Bridge against its own embedded JetStream server and
@@ -201,6 +204,50 @@ func (h *harness) deadLetters() []*jetstream.RawStreamMsg {
 func (h *harness) quiet(route string) {
 	h.t.Helper()
 	natstest.WaitQuiet(h.t, h.js, h.cfg.Stream.Name, route, 10*time.Second)
+}
+
+// killChildWhileSending runs the configuration in a child bridge process,
+// publishes one event (id e1), waits until the destination has the request
+// (which it must leave hanging), and kills the child by PID: a bridge that
+// died in the middle of an attempt.
+func killChildWhileSending(t testing.TB, srv *natstest.Server, sink *sinktest.Sink, yaml string) {
+	t.Helper()
+	child := natstest.StartChild(t, "TestChildBridge", "bridge",
+		"JETBRIDGE_TEST_NATS_URL="+srv.URL(), "JETBRIDGE_TEST_CONFIG="+yaml)
+	natstest.Eventually(t, 20*time.Second, func() error {
+		if !strings.Contains(child.Output(), "child bridge ready") {
+			return errors.New("child bridge not ready")
+		}
+		return nil
+	})
+	_, js := natstest.Connect(t, srv.URL())
+	if _, err := js.Publish(context.Background(), "events.info.x", []byte(`{}`), jetstream.WithMsgID("e1")); err != nil {
+		t.Fatal(err)
+	}
+	sink.WaitCount(t, 1, settleWait)
+	child.Kill()
+}
+
+// leaveUnsettled fetches n deliveries of the consumer's one message and
+// settles none, as if each bridge that received them had died.
+func leaveUnsettled(t testing.TB, cons jetstream.Consumer, n int) {
+	t.Helper()
+	for i := 1; i <= n; i++ {
+		b, err := cons.Fetch(1, jetstream.FetchMaxWait(3*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := 0
+		for m := range b.Messages() {
+			if md, _ := m.Metadata(); md.NumDelivered != uint64(i) {
+				t.Fatalf("delivery %d, want %d", md.NumDelivered, i)
+			}
+			got++
+		}
+		if got != 1 {
+			t.Fatalf("delivery %d: got %d messages", i, got)
+		}
+	}
 }
 
 // expectBroken runs a check against a deliberately broken bridge and fails

@@ -362,20 +362,7 @@ func TestReservationOfAKilledBridgeIsTakenOver(t *testing.T) {
 		})
 		yaml := fmt.Sprintf(idemRoute, sink.URL(), true)
 		srv := natstest.Start(t)
-		child := natstest.StartChild(t, "TestChildBridge", "bridge",
-			"JETBRIDGE_TEST_NATS_URL="+srv.URL(), "JETBRIDGE_TEST_CONFIG="+yaml)
-		natstest.Eventually(t, 20*time.Second, func() error {
-			if !strings.Contains(child.Output(), "child bridge ready") {
-				return errors.New("child bridge not ready")
-			}
-			return nil
-		})
-		_, js := natstest.Connect(t, srv.URL())
-		if _, err := js.Publish(context.Background(), "events.info.x", []byte(`{}`), jetstream.WithMsgID("e1")); err != nil {
-			t.Fatal(err)
-		}
-		sink.WaitCount(t, 1, settleWait) // reserved and sending
-		child.Kill()
+		killChildWhileSending(t, srv, sink, yaml) // reserved and sending
 
 		h := startBridgeOn(t, srv, testConfig(t, "%s", yaml), f)
 		out := h.waitOutcomes(1, 5*time.Second, outcomeIs(OutcomeDelivered))
