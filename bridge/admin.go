@@ -46,8 +46,8 @@ func (b *Bridge) Readiness() error {
 	select {
 	case <-b.ready:
 	default:
-		if err, _ := b.provisionErr.Load().(error); err != nil {
-			return errors.New("provisioning: " + err.Error())
+		if err := b.provisionErr.Load(); err != nil {
+			return errors.New("provisioning: " + (*err).Error())
 		}
 		return errors.New("starting: streams and consumers not provisioned yet")
 	}

@@ -65,9 +65,9 @@ type Bridge struct {
 	idem   *reservations // nil unless a route has idempotency; set by Provision
 	// advisoryCons reads the stored MAX_DELIVERIES advisories; set by Provision.
 	advisoryCons jetstream.Consumer
-	ready        chan struct{} // closed once provisioned and pulling
-	provisionErr atomic.Value  // the last provisioning error while Run retries
-	faults       faults        // zero in production; see faults.go
+	ready        chan struct{}         // closed once provisioned and pulling
+	provisionErr atomic.Pointer[error] // the last provisioning error while Run retries
+	faults       faults                // zero in production; see faults.go
 }
 
 // New builds a Bridge from a validated configuration. It does no I/O:
@@ -130,7 +130,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		b.provisionErr.Store(err)
+		b.provisionErr.Store(&err)
 		b.log.Error().Str("error", err.Error()).Int("failures", failures).Msg("provisioning failed; retrying")
 		sleep(ctx, retryPause(failures))
 	}

@@ -257,13 +257,15 @@ func (d *destination) attempt(ctx context.Context, p *payload) (tries int, err e
 		}
 		tries++
 		r, err := d.try(exec.Context(), p)
-		if ctx.Err() != nil { // shutdown, not a failure of the destination
+		if err != nil && ctx.Err() != nil { // shutdown, not a failure of the destination
 			return nil, ctx.Err()
 		}
 		probeFailed = probe && (err != nil || exec.Context().Err() != nil || d.breakerCounts(r))
 		return r, err
 	})
 	switch {
+	case err == nil && res != nil && res.status >= 200 && res.status < 300:
+		return tries, nil // a 2xx seen just as shutdown cut in still counts
 	case ctx.Err() != nil:
 		return tries, fmt.Errorf("%w: %w", ErrInterrupted, context.Cause(ctx))
 	case errors.Is(err, circuitbreaker.ErrOpen):
