@@ -185,11 +185,26 @@ func TestOneRequestPerEventAcrossTwoBridges(t *testing.T) {
 		})
 		cfg := testConfig(t, idemRoute, sink.URL(), true)
 		srv := natstest.Start(t)
+		// The 100 messages are waiting before the bridges start, so that
+		// their first pulls take many at once and the reservations race.
+		_, js := natstest.Connect(t, srv.URL())
+		pre, err := newBridge(cfg, js, Options{}, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pre.Provision(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 100 {
+			msg := &nats.Msg{Subject: "events.info.x", Data: []byte(`{}`), Header: nats.Header{}}
+			msg.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("msg-%d", i))
+			msg.Header.Set("Event-Id", "the-event")
+			if _, err := js.PublishMsg(context.Background(), msg); err != nil {
+				t.Fatal(err)
+			}
+		}
 		h1 := startBridgeOn(t, srv, cfg, f)
 		h2 := startBridgeOn(t, srv, cfg, f)
-		for i := range 100 {
-			h1.publish("events.info.x", fmt.Sprintf("msg-%d", i), []byte(`{}`), map[string]string{"Event-Id": "the-event"})
-		}
 		all := func() []Settled { return append(h1.outcomes(), h2.outcomes()...) }
 		waitUntil(settleWait, func() bool { return len(all()) >= 100 })
 		h1.quiet("r")
