@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -94,7 +95,14 @@ func (b *Bridge) handleAdvisory(m jetstream.Msg, log zerolog.Logger) {
 		}
 	}
 	if r == nil || adv.Stream != b.cfg.Stream.Name {
-		_ = m.Ack() // a consumer of the stream that is not one of our routes
+		if b.isBridgeConsumer(ctx, adv) {
+			// A route this replica does not know (a rolling deploy added
+			// it): leave the advisory to a replica that does.
+			log.Warn().Str("consumer", adv.Consumer).Msg("MAX_DELIVERIES advisory for a route this replica does not run; left for another replica")
+			_ = m.NakWithDelay(advisoryRetry)
+			return
+		}
+		_ = m.Ack() // a consumer of the stream that is not jetbridge's
 		return
 	}
 	log = log.With().Str("route", r.cfg.Name).Uint64("stream_seq", adv.StreamSeq).Uint64("delivered", adv.Deliveries).Logger()
@@ -113,6 +121,16 @@ func (b *Bridge) handleAdvisory(m jetstream.Msg, log zerolog.Logger) {
 	_ = m.DoubleAck(ctx)
 	b.settled(Settled{Route: r.cfg.Name, Destination: r.dest.name, Stream: adv.Stream, Seq: adv.StreamSeq,
 		Delivered: adv.Deliveries, Outcome: OutcomeDeadLettered, Reason: ReasonMaxDeliveries, Err: ErrGivenUp})
+}
+
+// isBridgeConsumer reports whether the advisory's consumer is a jetbridge
+// route (its description says so), whether or not this replica runs it.
+func (b *Bridge) isBridgeConsumer(ctx context.Context, adv maxDeliveriesAdvisory) bool {
+	c, err := b.js.Consumer(ctx, adv.Stream, adv.Consumer)
+	if err != nil {
+		return false
+	}
+	return strings.HasPrefix(c.CachedInfo().Config.Description, "jetbridge route ")
 }
 
 // deadLetterGivenUp reads the message back from the source stream and

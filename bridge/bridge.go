@@ -164,6 +164,9 @@ func (b *Bridge) Run(ctx context.Context) error {
 		stopWork(errShutdownTimeout)
 		<-drained
 	}
+	for _, d := range b.dests {
+		d.client.CloseIdleConnections()
+	}
 	b.log.Info().Msg("bridge stopped")
 	return nil
 }
