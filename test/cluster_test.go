@@ -363,7 +363,10 @@ func clusterPublish(js jetstream.JetStream, ledger *natstest.Ledger) *clusterPub
 			var err error
 			for try := 1; try <= clusterPublishTries; try++ {
 				ctx, cancel := context.WithTimeout(context.Background(), clusterPublishTry)
-				_, err = js.Publish(ctx, clusterSubject, fmt.Appendf(nil, `{"n":%d}`, i), jetstream.WithMsgID(id))
+				// nats.go itself waits and retries while nothing answers (a
+				// leader election); other failures use up the try's timeout.
+				_, err = js.Publish(ctx, clusterSubject, fmt.Appendf(nil, `{"n":%d}`, i), jetstream.WithMsgID(id),
+					jetstream.WithRetryWait(50*time.Millisecond), jetstream.WithRetryAttempts(10))
 				cancel()
 				p.mu.Lock()
 				p.attempts++
@@ -371,7 +374,6 @@ func clusterPublish(js jetstream.JetStream, ledger *natstest.Ledger) *clusterPub
 				if err == nil {
 					break
 				}
-				time.Sleep(50 * time.Millisecond) // a pause between tries
 			}
 			p.mu.Lock()
 			if err != nil {

@@ -23,7 +23,9 @@ func publishRetrying(t *testing.T, js jetstream.JetStream, subject, id string) *
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		ack, err := js.Publish(ctx, subject, []byte(id), jetstream.WithMsgID(id))
+		// nats.go waits and retries itself while nothing answers.
+		ack, err := js.Publish(ctx, subject, []byte(id), jetstream.WithMsgID(id),
+			jetstream.WithRetryWait(50*time.Millisecond), jetstream.WithRetryAttempts(10))
 		cancel()
 		if err == nil {
 			return ack
@@ -31,7 +33,6 @@ func publishRetrying(t *testing.T, js jetstream.JetStream, subject, id string) *
 		if time.Now().After(deadline) {
 			t.Fatalf("publish %s: %v", id, err)
 		}
-		time.Sleep(50 * time.Millisecond) // pause between tries
 	}
 }
 
