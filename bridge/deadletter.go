@@ -27,6 +27,10 @@ const (
 	HeaderOriginalSequence = "Bridge-Original-Sequence"
 	HeaderFailedAt         = "Bridge-Failed-At"
 	HeaderReplayedFrom     = "Bridge-Replayed-From"
+	// HeaderPayloadOmitted marks a dead letter stored without its payload
+	// because the payload and headers together would exceed the server's
+	// max_payload; its value is the original payload size in bytes.
+	HeaderPayloadOmitted = "Bridge-Payload-Omitted"
 )
 
 // DeadLetterMsgID is the Nats-Msg-Id of a dead letter: a retried
