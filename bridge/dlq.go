@@ -82,6 +82,7 @@ type ReplayResult struct {
 // DLQ reads, replays and deletes the dead letters of one configuration's
 // dead-letter stream. It never consumes them: listing uses an ephemeral
 // ordered consumer that it deletes when done. It is safe for concurrent use.
+// Make it with OpenDLQ: the zero value has no replay guard.
 type DLQ struct {
 	js     jetstream.JetStream
 	cfg    config.DeadLetter

@@ -44,9 +44,17 @@ commands:
   replay  (--all | SEQ...) [--route R] [--reason X] [--dry-run] [--rate N] [--keep]
           republish to the original subject, then delete unless --keep;
           "replayed N" counts every republished dead letter, duplicates
-          (already replayed within the duplicate window) included
+          (already replayed within the duplicate window) included. A dead
+          letter from another stream, for a subject outside the stream's or
+          its route's subjects, for a system, inbox or dead-letter subject,
+          or stored without its payload is refused: reported with the
+          reason, kept, counted as failed (exit 1); --dry-run shows the same
   purge   (--all | SEQ...) [--route R]
           delete dead letters, without asking
+
+Text from dead letters (subjects, header names and values, payloads) is
+printed with control and invisible characters escaped (\x1b, \r, \u202e,
+...); a subject, event id or header value is cut at 1 KiB.
 
 Every command takes --config FILE (default $BRIDGE_CONFIG). They connect to
 nats.url or, when it is empty, to the running bridge's embedded server on
