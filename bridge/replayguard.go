@@ -117,7 +117,7 @@ func (g replayGuard) check(d DLQMessage) error {
 	if g.prefix != "" && (s == g.prefix || strings.HasPrefix(s, g.prefix+".")) {
 		return refuse("%s is under the dead-letter prefix %s", HeaderOriginalSubject, g.prefix)
 	}
-	switch stream := d.Header.Get(HeaderOriginalStream); {
+	switch stream := d.OriginalStream; {
 	case stream == "":
 		return refuse("no %s header (want %s)", HeaderOriginalStream, g.stream)
 	case stream != g.stream:

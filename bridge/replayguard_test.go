@@ -248,8 +248,7 @@ func TestReplayGuardTable(t *testing.T) {
 		},
 		"origin stream ignored": func(g replayGuard) func(DLQMessage) error {
 			return func(d DLQMessage) error {
-				d.Header = maps.Clone(d.Header)
-				d.Header.Set(HeaderOriginalStream, g.stream)
+				d.OriginalStream = g.stream
 				return g.check(d)
 			}
 		},
