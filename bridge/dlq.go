@@ -26,8 +26,10 @@ const listWait = time.Second
 const listInactive = 30 * time.Second
 
 // DLQMessage is one message of the dead-letter stream, decoded from the
-// headers the bridge wrote (CONTRACT 4.3). Fields whose header is absent
-// or unparsable are zero; Header always holds every header as stored.
+// headers the bridge wrote (see the README's Dead letters section). Fields
+// whose header is absent or unparsable are zero; Header always holds every
+// header as stored. Every field is untrusted input: anyone allowed to
+// publish on the dead-letter prefix can store a dead letter.
 type DLQMessage struct {
 	Seq            uint64    // sequence on the dead-letter stream
 	DLQSubject     string    // <prefix>.<route>.<original subject>
@@ -80,19 +82,37 @@ type ReplayResult struct {
 // DLQ reads, replays and deletes the dead letters of one configuration's
 // dead-letter stream. It never consumes them: listing uses an ephemeral
 // ordered consumer that it deletes when done. It is safe for concurrent use.
+// Make it with OpenDLQ: the zero value has no replay guard.
 type DLQ struct {
-	js  jetstream.JetStream
-	cfg config.DeadLetter
+	js     jetstream.JetStream
+	cfg    config.DeadLetter
+	source string // stream.name: a replay counts only with a PubAck from it
+
+	// guard decides which dead letters may be republished; OpenDLQ sets it
+	// to the replay guard of the configuration. Tests swap it for a
+	// permissive one to show that their checks catch a missing guard.
+	guard func(DLQMessage) error
+	// pubOpts are the expectations of every replay's publish; OpenDLQ
+	// sets them to WithExpectStream(stream.name).
+	pubOpts []jetstream.PublishOpt
 
 	mu sync.Mutex
 	s  jetstream.Stream // looked up on first use
 }
 
-// OpenDLQ binds to the dead-letter stream named by dl. It does no I/O: the
-// stream is looked up on first use, and a missing stream is an error
-// matching jetstream.ErrStreamNotFound.
-func OpenDLQ(js jetstream.JetStream, dl config.DeadLetter) *DLQ {
-	return &DLQ{js: js, cfg: dl}
+// OpenDLQ binds to the dead-letter stream of cfg (a validated
+// configuration), with the replay guard of its stream, routes and
+// dead-letter prefix. It does no I/O: the stream is looked up on first
+// use, and a missing stream is an error matching
+// jetstream.ErrStreamNotFound.
+func OpenDLQ(js jetstream.JetStream, cfg *config.Config) *DLQ {
+	return &DLQ{
+		js:      js,
+		cfg:     cfg.DeadLetter,
+		source:  cfg.Stream.Name,
+		guard:   newReplayGuard(cfg).check,
+		pubOpts: []jetstream.PublishOpt{jetstream.WithExpectStream(cfg.Stream.Name)},
+	}
 }
 
 // Stream is the name of the dead-letter stream.
@@ -299,20 +319,24 @@ func (q *DLQ) Delete(ctx context.Context, seq uint64) error {
 	return nil
 }
 
-// Replay republishes dead letter seq to its original subject (CONTRACT
-// 4.3), waits for JetStream's acknowledgement and only then deletes the
-// dead letter, unless keep.
+// Replay republishes dead letter seq to its original subject (see the
+// README's Dead letters and Security sections), waits for the PubAck of
+// the configured stream and only then deletes the dead letter, unless
+// keep.
 //
 // The republished event carries the original headers minus every Bridge-*
-// header, Nats-Msg-Id and Nats-Expected-*, with Event-Id unchanged,
-// Nats-Msg-Id "<event id>:replay:<seq>" and Bridge-Replayed-From "<seq>".
-// Replaying the same dead letter again inside the source stream's
-// duplicate window therefore stores nothing new (Duplicate is set), which
-// makes a replay that was killed between the acknowledgement and the
-// delete safe to run again.
+// and Nats-* header, with Event-Id unchanged, Nats-Msg-Id
+// "<event id>:replay:<seq>" and Bridge-Replayed-From "<seq>". Replaying
+// the same dead letter again inside the source stream's duplicate window
+// therefore stores nothing new (Duplicate is set), which makes a replay
+// that was killed between the acknowledgement and the delete safe to run
+// again.
 //
-// A dead letter missing a header that replay needs is an error matching
-// ErrNotReplayable; one already gone matches ErrDeadLetterNotFound.
+// Every dead letter passes the replay guard first (see CheckReplay): a
+// refused one is an error matching ErrReplayRefused, nothing is published
+// and the dead letter is kept. A dead letter missing a header that replay
+// needs is an error matching ErrNotReplayable; one already gone matches
+// ErrDeadLetterNotFound.
 func (q *DLQ) Replay(ctx context.Context, seq uint64, keep bool) (ReplayResult, error) {
 	d, err := q.Get(ctx, seq)
 	if err != nil {
@@ -331,27 +355,66 @@ func (q *DLQ) Replay(ctx context.Context, seq uint64, keep bool) (ReplayResult, 
 	return res, nil
 }
 
-// republish is the first half of Replay: publish and wait for the PubAck.
+// CheckReplay reports whether Replay would republish d, without
+// publishing anything: nil, or the refusal (matching ErrReplayRefused) or
+// missing header (matching ErrNotReplayable) that stops it. It reads only
+// d's headers, so d may come from List without data. A dead letter that
+// passes can still be refused by JetStream when the PubAck would come
+// from another stream than the configured one.
+func (q *DLQ) CheckReplay(d DLQMessage) error {
+	_, err := q.replayMsg(d)
+	return err
+}
+
+// replayMsg is the only way from a dead letter to a republished message:
+// the guard, then the header-derived construction.
+func (q *DLQ) replayMsg(d DLQMessage) (*nats.Msg, error) {
+	if err := q.guard(d); err != nil {
+		return nil, err
+	}
+	return d.ReplayMsg()
+}
+
+// jsErrStreamNotMatch is JetStream's "expected stream does not match":
+// the subject is stored by another stream than the one expected.
+const jsErrStreamNotMatch jetstream.ErrorCode = 10060
+
+// republish is the first half of Replay: guard, publish and wait for the
+// PubAck of the configured stream.
 func (q *DLQ) republish(ctx context.Context, d DLQMessage) (ReplayResult, error) {
-	msg, err := d.ReplayMsg()
+	msg, err := q.replayMsg(d)
 	if err != nil {
-		return ReplayResult{}, err
+		return ReplayResult{Seq: d.Seq, EventID: d.EventID, Subject: d.Subject}, err
 	}
 	res := ReplayResult{Seq: d.Seq, EventID: d.EventID, Subject: msg.Subject}
-	ack, err := q.js.PublishMsg(ctx, msg)
-	if err != nil {
+	ack, err := q.js.PublishMsg(ctx, msg, q.pubOpts...)
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrStreamNotMatch:
+		return res, &ReplayRefusedError{Seq: d.Seq, Subject: d.Subject, Err: err,
+			Reason: fmt.Sprintf("%s is stored by another stream than %s; nothing was stored", HeaderOriginalSubject, q.source)}
+	case err != nil:
 		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
 			err = ErrNoStream
 		}
 		return res, fmt.Errorf("bridge: replay dead letter %d: %w", d.Seq, err)
 	}
 	res.Stream, res.StreamSeq, res.Duplicate = ack.Stream, ack.Sequence, ack.Duplicate
+	if ack.Stream != q.source {
+		// JetStream honours the expectation; never count another stream's
+		// acknowledgement as a replay all the same.
+		return res, &ReplayRefusedError{Seq: d.Seq, Subject: d.Subject,
+			Reason: fmt.Sprintf("acknowledged by stream %s, not %s; the dead letter is kept", ack.Stream, q.source)}
+	}
 	return res, nil
 }
 
-// ReplayMsg is the message Replay publishes for d; an error (matching
-// ErrNotReplayable) names the missing header. The payload is d.Data, so d
-// must come from Get or List withData for a real replay.
+// ReplayMsg is the message built from d's headers, as Replay publishes it
+// once the replay guard let d through; an error (matching
+// ErrNotReplayable) names the missing header. ReplayMsg itself applies no
+// guard: use DLQ.CheckReplay or DLQ.Replay to decide whether d may be
+// republished. The payload is d.Data, so d must come from Get or List
+// withData for a real replay.
 func (d DLQMessage) ReplayMsg() (*nats.Msg, error) {
 	if d.Subject == "" {
 		return nil, notReplayable(d.Seq, "no "+HeaderOriginalSubject+" header")
@@ -383,15 +446,15 @@ func ReplayMsgID(eventID string, seq uint64) string {
 }
 
 // replayDrops reports whether a dead letter's header stays behind on
-// replay: the bridge's own, and the dead letter's broker dedup key and
-// expectations.
+// replay: the bridge's own, and every Nats-* header, in any case (the dead
+// letter's broker dedup key, and expectations, rollups, TTLs, schedules or
+// batches that a planted dead letter could carry).
 func replayDrops(k string) bool {
-	return strings.HasPrefix(k, "Bridge-") ||
-		k == jetstream.MsgIDHeader ||
-		strings.HasPrefix(k, "Nats-Expected-")
+	k = strings.ToLower(k)
+	return strings.HasPrefix(k, "bridge-") || strings.HasPrefix(k, "nats-")
 }
 
-// decodeDeadLetter reads the CONTRACT 4.3 headers. It never fails: a
+// decodeDeadLetter reads the dead-letter headers. It never fails: a
 // dead letter written by something else still lists, with zero fields.
 func decodeDeadLetter(seq uint64, subject string, stored time.Time, h nats.Header) DLQMessage {
 	d := DLQMessage{

@@ -138,7 +138,7 @@ func requestsByEventID(sink *sinktest.Sink, from int) map[string]int {
 func TestDLQListFiltersAndGet(t *testing.T) {
 	// Given 30 events rejected with 400 across two routes
 	h, _, evs := rejectAll(t, 30)
-	q := OpenDLQ(h.js, h.cfg.DeadLetter)
+	q := OpenDLQ(h.js, h.cfg)
 	ctx := dlqCtx(t)
 	byID := map[string]dlqEvent{}
 	for _, ev := range evs {
@@ -288,7 +288,7 @@ func seqsOf(ds []DLQMessage) []uint64 {
 func TestDLQReplay(t *testing.T) {
 	// Given 30 dead letters, and a destination that now accepts
 	h, sink, evs := rejectAll(t, 30)
-	q := OpenDLQ(h.js, h.cfg.DeadLetter)
+	q := OpenDLQ(h.js, h.cfg)
 	ctx := dlqCtx(t)
 	before := sink.Count()
 	sink.SetScript(sinktest.Always(200))
@@ -338,6 +338,8 @@ func TestDLQReplay(t *testing.T) {
 		"X-Custom":            {"c" + first.EventID},
 		jetstream.MsgIDHeader: {first.EventID + ":replay:" + fmt.Sprint(first.Seq)},
 		HeaderReplayedFrom:    {fmt.Sprint(first.Seq)},
+		// the expectation that only the configured stream may store it
+		jetstream.ExpectedStreamHeader: {h.cfg.Stream.Name},
 	}
 	if fmt.Sprint(m.Header) != fmt.Sprint(wantHdr) || m.Subject != first.Subject {
 		t.Errorf("republished %s with headers %v, want %s with %v", m.Subject, m.Header, first.Subject, wantHdr)
@@ -384,7 +386,7 @@ func TestDLQReplay(t *testing.T) {
 
 func TestDLQReplayKeep(t *testing.T) {
 	h, sink, _ := rejectAll(t, 6)
-	q := OpenDLQ(h.js, h.cfg.DeadLetter)
+	q := OpenDLQ(h.js, h.cfg)
 	ctx := dlqCtx(t)
 	sink.SetScript(sinktest.Always(200))
 	all, err := q.List(ctx, DLQFilter{Route: "ra"}, false)
@@ -408,7 +410,7 @@ func TestDLQReplayKeep(t *testing.T) {
 // and delivers every event exactly once and empties the DLQ.
 func TestDLQInterruptedReplayRerun(t *testing.T) {
 	h, sink, evs := rejectAll(t, 10)
-	q := OpenDLQ(h.js, h.cfg.DeadLetter)
+	q := OpenDLQ(h.js, h.cfg)
 	ctx := dlqCtx(t)
 	before := sink.Count()
 	sink.SetScript(sinktest.Always(200))
@@ -491,7 +493,7 @@ func TestDLQReplayMalformed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	q := OpenDLQ(h.js, h.cfg.DeadLetter)
+	q := OpenDLQ(h.js, h.cfg)
 	all, err := q.List(ctx, DLQFilter{Route: "ra"}, false)
 	if err != nil || len(all) != 3 {
 		t.Fatalf("List: %d, %v; want 3", len(all), err)
@@ -512,9 +514,9 @@ func TestDLQReplayMalformed(t *testing.T) {
 func TestDLQMissingStream(t *testing.T) {
 	sink := sinktest.New(t, sinktest.Always(200))
 	h := startBridge(t, testConfig(t, dlqYAML, sink.URL()), faults{})
-	dl := h.cfg.DeadLetter
-	dl.Stream = "NO_SUCH_DLQ"
-	_, err := OpenDLQ(h.js, dl).List(dlqCtx(t), DLQFilter{}, false)
+	cfg := *h.cfg
+	cfg.DeadLetter.Stream = "NO_SUCH_DLQ"
+	_, err := OpenDLQ(h.js, &cfg).List(dlqCtx(t), DLQFilter{}, false)
 	if !errors.Is(err, jetstream.ErrStreamNotFound) {
 		t.Fatalf("List on a missing stream: error %v, want jetstream.ErrStreamNotFound", err)
 	}

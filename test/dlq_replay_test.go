@@ -56,7 +56,7 @@ routes:
 			t.Fatal(err)
 		}
 	}
-	dlq := bridge.OpenDLQ(js, cfg.DeadLetter)
+	dlq := bridge.OpenDLQ(js, cfg)
 	natstest.Eventually(t, 20*time.Second, func() error {
 		l, err := dlq.List(ctx, bridge.DLQFilter{}, false)
 		if err != nil || len(l) != 30 {

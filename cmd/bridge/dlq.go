@@ -18,6 +18,7 @@ import (
 	"text/tabwriter"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -43,9 +44,17 @@ commands:
   replay  (--all | SEQ...) [--route R] [--reason X] [--dry-run] [--rate N] [--keep]
           republish to the original subject, then delete unless --keep;
           "replayed N" counts every republished dead letter, duplicates
-          (already replayed within the duplicate window) included
+          (already replayed within the duplicate window) included. A dead
+          letter from another stream, for a subject outside the stream's or
+          its route's subjects, for a system, inbox or dead-letter subject,
+          or stored without its payload is refused: reported with the
+          reason, kept, counted as failed (exit 1); --dry-run shows the same
   purge   (--all | SEQ...) [--route R]
           delete dead letters, without asking
+
+Text from dead letters (subjects, header names and values, payloads) is
+printed with control and invisible characters escaped (\x1b, \r, \u202e,
+...); a subject, event id or header value is cut at 1 KiB.
 
 Every command takes --config FILE (default $BRIDGE_CONFIG). They connect to
 nats.url or, when it is empty, to the running bridge's embedded server on
@@ -105,7 +114,7 @@ func openDLQ(path string, stderr io.Writer) (*dlqSession, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &dlqSession{cfg: cfg, nc: nc, closing: closing, q: bridge.OpenDLQ(js, cfg.DeadLetter)}, nil
+	return &dlqSession{cfg: cfg, nc: nc, closing: closing, q: bridge.OpenDLQ(js, cfg)}, nil
 }
 
 func (s *dlqSession) close() {
@@ -301,18 +310,98 @@ func dlqList(args []string, stdout, stderr io.Writer) error {
 	return tw.Flush()
 }
 
-// cell is a table cell: "-" when empty, control characters (a tab would
-// break the columns) replaced.
+// cell is a table cell: "-" when empty, else the value as shown.
 func cell(s string) string {
 	if s == "" {
 		return "-"
 	}
-	return strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
-			return '?'
+	return shown(s)
+}
+
+// maxShown bounds what is printed of one value from a dead letter (a
+// header value, an event id, a subject): dead letters are untrusted.
+const maxShown = 1024
+
+// shown is a value from a dead letter as printed: at most maxShown bytes
+// (then "…" and the full size), escaped by escapeTerminal.
+func shown(s string) string {
+	if len(s) <= maxShown {
+		return escapeTerminal(s)
+	}
+	cut := maxShown
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return escapeTerminal(s[:cut]) + fmt.Sprintf("… (%d bytes)", len(s))
+}
+
+// escapeTerminal is the one escaping of text that came from a dead letter
+// before it reaches a terminal (see the README's Security section): a
+// crafted header, subject or payload could otherwise clear the screen,
+// move the cursor, rewrite earlier lines or hide text. Newline, carriage
+// return and tab become \n, \r and \t; other C0 controls, DEL and bytes
+// that are not valid UTF-8 become \xNN; any other rune that is not
+// printable (C1 controls, invisible format characters such as bidi
+// overrides, non-ASCII spaces) becomes \uNNNN or \UNNNNNNNN. Backslashes
+// are kept as they are, so JSON stays readable; the output is for reading,
+// not for decoding (dlq list --json has the exact values).
+func escapeTerminal(s string) string {
+	clean := true
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < ' ' || c >= 0x7f {
+			clean = false
+			break
 		}
-		return r
-	}, s)
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 16)
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r < ' ' || r == 0x7f:
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case unicode.IsPrint(r):
+			b.WriteRune(r)
+		case r <= 0xffff:
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			fmt.Fprintf(&b, `\U%08x`, r)
+		}
+		i += n
+	}
+	return b.String()
+}
+
+// escapeLines escapes multi-line text (a payload) line by line, keeping
+// its line breaks.
+func escapeLines(s string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = escapeTerminal(l)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// failLine is the stderr line for one dead letter that could not be
+// replayed or deleted: the error and, for a refusal, the subject it
+// named, escaped.
+func failLine(err error) string {
+	var refused *bridge.ReplayRefusedError
+	if errors.As(err, &refused) {
+		return fmt.Sprintf("bridge: dead letter %d refused (subject %s): %s", refused.Seq, cell(refused.Subject), shown(refused.Reason))
+	}
+	return "bridge: " + shown(errText(err))
 }
 
 func dlqShow(args []string, stdout, stderr io.Writer) error {
@@ -342,7 +431,7 @@ func dlqShow(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return dlqErr(s, err)
 	}
-	fmt.Fprintf(stdout, "dead letter %d on %s\nsubject: %s\nstored:  %s\n\nheaders:\n", d.Seq, s.q.Stream(), d.DLQSubject, d.Stored.UTC().Format(time.RFC3339Nano))
+	fmt.Fprintf(stdout, "dead letter %d on %s\nsubject: %s\nstored:  %s\n\nheaders:\n", d.Seq, s.q.Stream(), shown(d.DLQSubject), d.Stored.UTC().Format(time.RFC3339Nano))
 	keys := make([]string, 0, len(d.Header))
 	for k := range d.Header {
 		keys = append(keys, k)
@@ -350,27 +439,27 @@ func dlqShow(args []string, stdout, stderr io.Writer) error {
 	slices.Sort(keys)
 	for _, k := range keys {
 		for _, v := range d.Header[k] {
-			fmt.Fprintf(stdout, "  %s: %s\n", k, v)
+			fmt.Fprintf(stdout, "  %s: %s\n", shown(k), shown(v))
 		}
 	}
 	if !*payload {
 		fmt.Fprintf(stdout, "\npayload: %d bytes (--payload to print it)\n", len(d.Data))
 		return nil
 	}
+	// The payload is escaped like every other text from a dead letter,
+	// whether or not stdout is a terminal: show is for reading.
 	fmt.Fprintf(stdout, "\npayload (%d bytes):\n", len(d.Data))
+	text := d.Data
 	var pretty bytes.Buffer
 	if json.Valid(d.Data) && json.Indent(&pretty, d.Data, "", "  ") == nil {
-		pretty.WriteByte('\n')
-		_, err = stdout.Write(pretty.Bytes())
-		return err
+		text = pretty.Bytes()
 	}
-	if _, err := stdout.Write(d.Data); err != nil {
-		return err
+	out := escapeLines(string(text))
+	if out != "" && !strings.HasSuffix(out, "\n") {
+		out += "\n"
 	}
-	if len(d.Data) > 0 && d.Data[len(d.Data)-1] != '\n' {
-		fmt.Fprintln(stdout)
-	}
-	return nil
+	_, err = io.WriteString(stdout, out)
+	return err
 }
 
 // selection is the dead letters a replay or purge works on.
@@ -395,7 +484,7 @@ func selectDeadLetters(ctx context.Context, s *dlqSession, all bool, seqs []uint
 		d, err := s.q.Get(ctx, seq)
 		switch {
 		case errors.Is(err, bridge.ErrDeadLetterNotFound):
-			fmt.Fprintln(stderr, "bridge: "+errText(err))
+			fmt.Fprintln(stderr, failLine(err))
 			sel.failed++
 			continue
 		case err != nil:
@@ -513,12 +602,13 @@ func dlqReplay(args []string, stdout, stderr io.Writer) error {
 	if *dryRun {
 		n := 0
 		for _, d := range sel.ds {
-			if _, err := d.ReplayMsg(); err != nil {
-				fmt.Fprintln(stderr, "bridge: "+errText(err))
+			// The same guard as the replay itself: every refusal shows.
+			if err := s.q.CheckReplay(d); err != nil {
+				fmt.Fprintln(stderr, failLine(err))
 				failed++
 				continue
 			}
-			fmt.Fprintf(stdout, "would replay %d %s -> %s\n", d.Seq, d.EventID, d.Subject)
+			fmt.Fprintf(stdout, "would replay %d %s -> %s\n", d.Seq, shown(d.EventID), shown(d.Subject))
 			n++
 		}
 		fmt.Fprintf(stdout, "dry run: would replay %d, failed %d; nothing changed\n", n, failed)
@@ -552,13 +642,13 @@ func dlqReplay(args []string, stdout, stderr io.Writer) error {
 		cancel()
 		done++
 		if err != nil {
-			bar.println(stderr, "bridge: "+errText(err))
+			bar.println(stderr, failLine(err))
 			bar.add()
 			failed++
 			continue
 		}
 		replayed++
-		line := fmt.Sprintf("replayed %d %s -> %s stream=%s seq=%d", res.Seq, res.EventID, res.Subject, res.Stream, res.StreamSeq)
+		line := fmt.Sprintf("replayed %d %s -> %s stream=%s seq=%d", res.Seq, shown(res.EventID), shown(res.Subject), shown(res.Stream), res.StreamSeq)
 		if res.Duplicate {
 			dups++
 			line += " (duplicate)"
@@ -621,7 +711,7 @@ func dlqPurge(args []string, stdout, stderr io.Writer) error {
 		err := s.q.Delete(opCtx, d.Seq)
 		cancel()
 		if err != nil {
-			fmt.Fprintln(stderr, "bridge: "+errText(err))
+			fmt.Fprintln(stderr, failLine(err))
 			failed++
 			continue
 		}

@@ -62,10 +62,17 @@ type dlqEnv struct {
 
 func newDLQEnv(t *testing.T, status int) *dlqEnv {
 	t.Helper()
+	return newDLQEnvFrom(t, status, dlqConfig)
+}
+
+// newDLQEnvFrom is newDLQEnv with another configuration template (the
+// arguments of dlqConfig).
+func newDLQEnvFrom(t *testing.T, status int, tmpl string) *dlqEnv {
+	t.Helper()
 	unsetenv(t, "BRIDGE_CONFIG")
 	e := &dlqEnv{t: t, srv: natstest.Start(t), sink: sinktest.New(t, sinktest.Always(status))}
 	_, e.js = natstest.Connect(t, e.srv.URL())
-	e.path = writeDLQConfig(t, e.srv.URL(), "127.0.0.1:4222", e.sink.URL())
+	e.path = writeDLQConfigFrom(t, tmpl, e.srv.URL(), "127.0.0.1:4222", e.sink.URL())
 	cfg, err := config.LoadFile(e.path)
 	if err != nil {
 		t.Fatal(err)
@@ -94,9 +101,14 @@ func newDLQEnv(t *testing.T, status int) *dlqEnv {
 
 func writeDLQConfig(t *testing.T, natsURL, listen, destURL string) string {
 	t.Helper()
+	return writeDLQConfigFrom(t, dlqConfig, natsURL, listen, destURL)
+}
+
+func writeDLQConfigFrom(t *testing.T, tmpl, natsURL, listen, destURL string) string {
+	t.Helper()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "bridge.yaml")
-	yaml := fmt.Sprintf(dlqConfig, natsURL, listen, filepath.Join(dir, "store"), destURL)
+	yaml := fmt.Sprintf(tmpl, natsURL, listen, filepath.Join(dir, "store"), destURL)
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
