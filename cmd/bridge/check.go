@@ -77,7 +77,10 @@ type configWarning struct{ key, text string }
 // configWarnings lists destinations whose TLS certificates are not
 // verified and an admin listener reachable from other hosts. bridge check
 // prints them (exit code unchanged), bridge run logs them at warn level.
-func configWarnings(cfg *config.Config) []configWarning {
+func configWarnings(cfg *config.Config) []configWarning { return warningsWith(cfg, loopbackListen) }
+
+// warningsWith is configWarnings with its loopback test as a parameter.
+func warningsWith(cfg *config.Config, loopback func(hostPort string) bool) []configWarning {
 	var out []configWarning
 	for _, name := range cfg.DestinationNames() {
 		if cfg.Destinations[name].TLS.InsecureSkipVerify {
@@ -85,7 +88,7 @@ func configWarnings(cfg *config.Config) []configWarning {
 				"true: the destination's TLS certificate is not verified, so anyone on the network path can read and change deliveries"})
 		}
 	}
-	if l := cfg.Admin.Listen; l != "" && !loopbackListen(l) {
+	if l := cfg.Admin.Listen; l != "" && !loopback(l) {
 		out = append(out, configWarning{"admin.listen",
 			fmt.Sprintf("%q is reachable from other hosts: /status and /metrics have no authentication; bind 127.0.0.1 unless a firewall or proxy guards it", l)})
 	}

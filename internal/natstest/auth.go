@@ -139,10 +139,31 @@ type AuthServer struct {
 	sysAcc   nkeys.KeyPair
 	sysJWT   string
 
+	rejected atomic.Int64 // connections refused for bad credentials, all runs
+
 	mu    sync.Mutex
 	creds Creds
 	ns    *server.Server // nil while shut down
 }
+
+// Rejections counts the client connections the server refused for bad
+// credentials (authentication errors) since StartAuth, across restarts.
+// Tests wait on it instead of sleeping through a credentials change.
+func (s *AuthServer) Rejections() int { return int(s.rejected.Load()) }
+
+// authLog counts the server's authentication errors and drops the rest.
+type authLog struct{ rejected *atomic.Int64 }
+
+func (l authLog) Errorf(format string, v ...any) {
+	if strings.Contains(fmt.Sprintf(format, v...), "authentication error") {
+		l.rejected.Add(1)
+	}
+}
+func (authLog) Noticef(string, ...any) {}
+func (authLog) Warnf(string, ...any)   {}
+func (authLog) Fatalf(string, ...any)  {}
+func (authLog) Debugf(string, ...any)  {}
+func (authLog) Tracef(string, ...any)  {}
 
 // StartAuth starts a server on 127.0.0.1 (random port, store dir
 // t.TempDir()) that requires method, with freshly generated credentials
@@ -280,6 +301,7 @@ func (s *AuthServer) start(t testing.TB) {
 		if err != nil {
 			t.Fatalf("natstest: auth server options: %v", err)
 		}
+		ns.SetLoggerV2(authLog{&s.rejected}, false, false, false)
 		go ns.Start()
 		if ns.ReadyForConnections(startTimeout) && ns.Addr() != nil {
 			s.ns = ns
@@ -305,7 +327,6 @@ func (s *AuthServer) serverOptions(t testing.TB, host string, port int) *server.
 		JetStream:  true,
 		StoreDir:   s.store,
 		NoSigs:     true,
-		NoLog:      true,
 	}
 	c := s.creds
 	switch s.method {

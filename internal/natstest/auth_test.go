@@ -25,10 +25,14 @@ func TestAuthServerMethods(t *testing.T) {
 			if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "AUTH", Subjects: []string{"auth.>"}}); err != nil {
 				t.Fatalf("create stream: %v", err)
 			}
+			before := s.Rejections()
 			if err := tryConnect(s.URL(), other); err == nil {
 				t.Fatal("the server accepted credentials it was not started with")
 			} else {
 				t.Logf("refused as it should: %v", err)
+			}
+			if m != AuthTLS && m != AuthMutualTLS && s.Rejections() != before+1 {
+				t.Errorf("Rejections %d after one refused client, want %d", s.Rejections(), before+1)
 			}
 
 			s.Restart(t, other)
