@@ -103,11 +103,12 @@ func natsCause(err error) string {
 // else 503 with a JSON reason), /status (JSON, per route) and /metrics
 // (Prometheus, from g).
 func (b *Bridge) AdminHandler(g prometheus.Gatherer) http.Handler {
-	return b.adminHandler(g, b.Healthy)
+	return b.adminHandler(g, b.Healthy, b.Readiness)
 }
 
-// adminHandler is AdminHandler with its health check as a parameter.
-func (b *Bridge) adminHandler(g prometheus.Gatherer, healthy func() error) http.Handler {
+// adminHandler is AdminHandler with its health and readiness checks as
+// parameters.
+func (b *Bridge) adminHandler(g prometheus.Gatherer, healthy, ready func() error) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		if err := healthy(); err != nil {
@@ -117,7 +118,7 @@ func (b *Bridge) adminHandler(g prometheus.Gatherer, healthy func() error) http.
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if err := b.Readiness(); err != nil {
+		if err := ready(); err != nil {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": err.Error()})
 			return
 		}
@@ -126,11 +127,11 @@ func (b *Bridge) adminHandler(g prometheus.Gatherer, healthy func() error) http.
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 		defer cancel()
-		ready := "ready"
-		if err := b.Readiness(); err != nil {
-			ready = err.Error()
+		state := "ready"
+		if err := ready(); err != nil {
+			state = err.Error()
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"ready": ready, "routes": b.Status(ctx)})
+		writeJSON(w, http.StatusOK, map[string]any{"ready": state, "routes": b.Status(ctx)})
 	})
 	if g != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
