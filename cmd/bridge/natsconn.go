@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"strings"
@@ -373,7 +374,7 @@ func openNATSWith(ctx context.Context, cfg *config.Config, log zerolog.Logger, b
 			c.nc = nc
 			break
 		}
-		cause := scrub(err.Error(), secrets)
+		cause := scrub(connectCause(err, url), secrets)
 		class := classifyConnErr(err)
 		if class != connUnreachable {
 			c.close()
@@ -400,6 +401,30 @@ func openNATSWith(ctx context.Context, cfg *config.Config, log zerolog.Logger, b
 		return nil, err
 	}
 	return c, nil
+}
+
+// connectCause is err's text; nats.go reports a refused connection as
+// "no servers available", so then the dial error of the first server is
+// added ("connect: connection refused", a DNS failure...).
+func connectCause(err error, servers string) string {
+	if !errors.Is(err, nats.ErrNoServers) {
+		return err.Error()
+	}
+	first, _, _ := strings.Cut(servers, ",")
+	u, perr := url.Parse(strings.TrimSpace(first))
+	if perr != nil || u.Host == "" {
+		return err.Error()
+	}
+	host := u.Host
+	if u.Port() == "" {
+		host = net.JoinHostPort(u.Hostname(), "4222")
+	}
+	c, derr := net.DialTimeout("tcp", host, 2*time.Second)
+	if derr != nil {
+		return err.Error() + " (" + derr.Error() + ")"
+	}
+	c.Close()
+	return err.Error()
 }
 
 // optionsFunc builds the client options of the nats section.

@@ -645,3 +645,70 @@ func TestAdminServerClosesSlowClients(t *testing.T) {
 		t.Errorf("production admin timeouts %+v: every bound must be set, the write timeout above /status's 5s", d)
 	}
 }
+
+// Credentials the server rejects at the first connection stop `bridge run`
+// at once with exit 1, the cause class, the URL and no secret.
+func TestRunFailsFastOnRejectedCredentials(t *testing.T) {
+	check := func(t testing.TB, parts daemonParts) error {
+		srv := natstest.StartAuth(t, natstest.AuthUserPassword)
+		wrong := srv.NewCreds(t)
+		d := startDaemon(t, daemonYAML(srv.URL(), wrong, freePort(t), "http://127.0.0.1:1"), parts)
+		if err := waitFor(exitWait, func() error {
+			if _, ok := d.exited(); !ok {
+				code, body := get(d.admin, "/readyz")
+				return fmt.Errorf("still running with wrong credentials (/readyz %d %s)", code, body)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		msg := fmt.Sprint(d.err)
+		if exitCode(d.err) != 1 || !strings.Contains(msg, "NATS rejected the credentials at "+srv.URL()) ||
+			!strings.Contains(strings.ToLower(msg), "authorization violation") {
+			return fmt.Errorf("exit %d %q, want 1 naming the rejection, the URL and the cause", exitCode(d.err), msg)
+		}
+		if strings.Contains(msg+d.logs.String(), wrong.Password) {
+			return errors.New("the password appears in the error or the logs")
+		}
+		return nil
+	}
+	if err := check(t, production); err != nil {
+		t.Fatal(err)
+	}
+	// The old connection: RetryOnFailedConnect hides the cause and retries.
+	retrying := production
+	retrying.natsOptions = withOption(nats.RetryOnFailedConnect(true))
+	expectBrokenMain(t, "retry on failed connect", func(t testing.TB) error { return check(t, retrying) })
+}
+
+// An unreachable server is waited for: /readyz names the redacted URL and
+// the cause, and the bridge becomes ready once the server is up.
+func TestRunWaitsForUnreachableNATS(t *testing.T) {
+	addr := freePort(t)
+	admin := freePort(t)
+	d := startDaemon(t, daemonYAML("nats://u:url-secret-Zq8@"+addr, natstest.Creds{}, admin, "http://127.0.0.1:1"), production)
+	if err := waitFor(daemonReady, func() error {
+		code, body := get(d.admin, "/readyz")
+		if code != 503 || !strings.Contains(body, "cannot reach NATS at nats://xxxxx@"+addr) || !strings.Contains(body, "refused") {
+			return fmt.Errorf("/readyz = %d %s, want 503 naming the URL and the cause", code, body)
+		}
+		if code, _ := get(d.admin, "/healthz"); code != 200 {
+			return fmt.Errorf("/healthz = %d while waiting, want 200", code)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Start(t, natstest.WithListen(addr))
+	if err := waitFor(daemonReady, func() error {
+		if code, body := get(d.admin, "/readyz"); code != 200 {
+			return fmt.Errorf("/readyz = %d %s", code, body)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(d.logs.String(), "url-secret-Zq8") {
+		t.Fatal("the URL's password appears in the logs")
+	}
+}
