@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -40,8 +42,11 @@ func (b *Bridge) Status(ctx context.Context) []RouteStatus {
 	return out
 }
 
-// Readiness returns nil once the bridge is connected and every route's
-// consumer is bound, else the reason it is not ready.
+// Readiness returns nil once the bridge is connected, the source and
+// dead-letter streams exist (the latter writable) and every route's
+// consumer is bound and answers lookups, else the reason it is not ready.
+// Stream and consumer checks come from the readiness watch (see
+// watchdog.go), so a change shows within about readinessEvery.
 func (b *Bridge) Readiness() error {
 	select {
 	case <-b.ready:
@@ -51,27 +56,69 @@ func (b *Bridge) Readiness() error {
 		}
 		return errors.New("starting: streams and consumers not provisioned yet")
 	}
-	if nc := b.js.Conn(); nc != nil && !nc.IsConnected() {
-		return errors.New("disconnected from NATS: " + nc.Status().String())
+	if err := b.Healthy(); err != nil {
+		return err
 	}
-	for _, r := range b.routes {
-		if r.missing.Load() {
-			return errors.New("route " + r.cfg.Name + ": consumer deleted; restart the bridge to create it again")
+	if nc := b.js.Conn(); nc != nil && !nc.IsConnected() {
+		reason := "disconnected from NATS: " + nc.Status().String()
+		if cause := natsCause(nc.LastError()); cause != "" {
+			reason = "disconnected from NATS: " + cause
 		}
+		return errors.New(reason)
+	}
+	return b.health.reason(b.routes)
+}
+
+// Healthy returns nil unless the bridge's NATS connection is closed for
+// good (nats.go gave up reconnecting): then nothing will ever be delivered
+// again and the process must be restarted. /healthz answers 503 then.
+func (b *Bridge) Healthy() error {
+	if nc := b.js.Conn(); nc != nil && nc.IsClosed() {
+		msg := "NATS connection closed for good"
+		if cause := natsCause(nc.LastError()); cause != "" {
+			msg += ": " + cause
+		}
+		return errors.New(msg)
 	}
 	return nil
 }
 
-// AdminHandler serves /healthz (200 while the process runs), /readyz (200
-// when ready, else 503 with a JSON reason), /status (JSON, per route) and
-// /metrics (Prometheus, from g).
+// natsCause describes a connection error for /readyz and /healthz without
+// anything a client sent: an authentication or TLS rejection by its class,
+// other errors by their text (nats.go's protocol errors carry no secrets).
+func natsCause(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, nats.ErrAuthorization):
+		return "NATS rejected the credentials: authorization violation"
+	case errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked), errors.Is(err, nats.ErrAccountAuthExpired):
+		return "NATS rejected the credentials: " + strings.TrimPrefix(err.Error(), "nats: ")
+	}
+	return err.Error()
+}
+
+// AdminHandler serves /healthz (200 while the process runs and its NATS
+// connection is not closed for good, else 503), /readyz (200 when ready,
+// else 503 with a JSON reason), /status (JSON, per route) and /metrics
+// (Prometheus, from g).
 func (b *Bridge) AdminHandler(g prometheus.Gatherer) http.Handler {
+	return b.adminHandler(g, b.Healthy, b.Readiness)
+}
+
+// adminHandler is AdminHandler with its health and readiness checks as
+// parameters.
+func (b *Bridge) adminHandler(g prometheus.Gatherer, healthy, ready func() error) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := healthy(); err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unhealthy", "reason": err.Error()})
+			return
+		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if err := b.Readiness(); err != nil {
+		if err := ready(); err != nil {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": err.Error()})
 			return
 		}
@@ -80,11 +127,11 @@ func (b *Bridge) AdminHandler(g prometheus.Gatherer) http.Handler {
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 		defer cancel()
-		ready := "ready"
-		if err := b.Readiness(); err != nil {
-			ready = err.Error()
+		state := "ready"
+		if err := ready(); err != nil {
+			state = err.Error()
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"ready": ready, "routes": b.Status(ctx)})
+		writeJSON(w, http.StatusOK, map[string]any{"ready": state, "routes": b.Status(ctx)})
 	})
 	if g != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))

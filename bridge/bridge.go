@@ -68,6 +68,7 @@ type Bridge struct {
 	ready        chan struct{}         // closed once provisioned and pulling
 	provisionErr atomic.Pointer[error] // the last provisioning error while Run retries
 	faults       faults                // zero in production; see faults.go
+	health       *readiness            // stream and consumer checks for Readiness; see watchdog.go
 }
 
 // New builds a Bridge from a validated configuration. It does no I/O:
@@ -111,6 +112,7 @@ func newBridge(cfg *config.Config, js jetstream.JetStream, opts Options, f fault
 		}
 		b.routes = append(b.routes, newRoute(b, rc, d))
 	}
+	b.health = newReadiness(b.routes)
 	return b, nil
 }
 
@@ -144,6 +146,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 		loops.Go(func() { r.pull(ctx, work, &workers) })
 		loops.Go(func() { r.watchdog(ctx) })
 	}
+	loops.Go(func() { b.watchReadiness(ctx) })
 	if !b.faults.ignoreAdvisories {
 		loops.Go(func() { b.advisories(ctx, b.advisoryCons) })
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -125,5 +126,199 @@ func (r *route) watchdog(ctx context.Context) {
 			r.rebind.Store(true)
 		}
 		last = now
+	}
+}
+
+// readinessEvery is how often the readiness watch checks the source and
+// dead-letter streams and every route's consumer.
+const readinessEvery = 2 * time.Second
+
+// readinessTimeout bounds one lookup of the readiness watch.
+const readinessTimeout = 2 * time.Second
+
+// lookupFailuresNotReady is how many consecutive failed lookups of a
+// route's consumer make the bridge not ready.
+const lookupFailuresNotReady = 3
+
+// readiness holds what the readiness watch found; Readiness reports it.
+type readiness struct {
+	mu         sync.Mutex
+	stream     string // why the source stream is unusable; "" when it is fine
+	deadLetter string // why dead letters cannot be stored; "" when they can
+	streamGone bool   // the source stream was seen missing: its consumers went with it
+	routes     map[*route]*routeHealth
+}
+
+// routeHealth counts a route's consecutive failed consumer lookups.
+type routeHealth struct {
+	failures int
+	lastErr  string
+}
+
+func newReadiness(routes []*route) *readiness {
+	h := &readiness{routes: make(map[*route]*routeHealth, len(routes))}
+	for _, r := range routes {
+		h.routes[r] = &routeHealth{}
+	}
+	return h
+}
+
+// reason is the first problem found, nil when there is none.
+func (h *readiness) reason(routes []*route) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stream != "" {
+		return errors.New(h.stream)
+	}
+	if h.deadLetter != "" {
+		return errors.New(h.deadLetter)
+	}
+	for _, r := range routes {
+		if r.missing.Load() {
+			return errors.New("route " + r.cfg.Name + ": consumer deleted; restart the bridge to create it again")
+		}
+		if rh := h.routes[r]; rh != nil && rh.failures >= lookupFailuresNotReady {
+			return fmt.Errorf("route %s: consumer lookups failing (%d in a row): %s", r.cfg.Name, rh.failures, rh.lastErr)
+		}
+	}
+	return nil
+}
+
+// watchReadiness checks the streams and consumers every readinessEvery
+// until ctx ends: a source stream that does not exist, a dead-letter
+// stream that is missing or sealed, a consumer deleted by hand or whose
+// lookups keep failing make the bridge not ready (see Readiness). Neither
+// stream is created again behind the operator's back. When the source
+// stream comes back (created by hand, or by another replica's start), the
+// routes' consumers, which were deleted with it, are created again: the
+// new stream's messages are then delivered.
+func (b *Bridge) watchReadiness(ctx context.Context) {
+	t := time.NewTicker(readinessEvery)
+	defer t.Stop()
+	for {
+		b.checkReadiness(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (b *Bridge) checkReadiness(ctx context.Context) {
+	if nc := b.js.Conn(); nc != nil && !nc.IsConnected() {
+		return // Readiness reports the connection; lookups would only time out
+	}
+	h := b.health
+	streamReason, gone, ok := b.checkSourceStream(ctx)
+	dlReason := b.checkDeadLetterStream(ctx)
+
+	h.mu.Lock()
+	wasGone := h.streamGone
+	if ok {
+		h.stream = streamReason
+		h.streamGone = gone || (wasGone && streamReason != "")
+	}
+	if dlReason != "?" {
+		h.deadLetter = dlReason
+	}
+	h.mu.Unlock()
+
+	if ok && gone && !wasGone {
+		b.log.Error().Str("stream", b.cfg.Stream.Name).Msg("the source stream does not exist: nothing is consumed until it exists again")
+	}
+	if !ok || streamReason != "" {
+		return // the consumers went with the stream
+	}
+	if wasGone && !b.rebindAfterStreamLoss(ctx) {
+		h.mu.Lock()
+		h.streamGone = true // try again on the next round
+		h.mu.Unlock()
+	}
+	for _, r := range b.routes {
+		b.checkConsumer(ctx, r)
+	}
+}
+
+// checkSourceStream returns why the source stream is unusable ("" when it
+// exists), whether it is missing, and false when the lookup itself failed.
+func (b *Bridge) checkSourceStream(ctx context.Context) (reason string, missing, ok bool) {
+	lctx, cancel := context.WithTimeout(ctx, readinessTimeout)
+	defer cancel()
+	_, err := b.js.Stream(lctx, b.cfg.Stream.Name)
+	switch {
+	case err == nil:
+		return "", false, true
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return "stream " + b.cfg.Stream.Name + " does not exist: nothing can be consumed until it is created again", true, true
+	default:
+		return "", false, false // a transient failure; the connection check covers outages
+	}
+}
+
+// checkDeadLetterStream returns why dead letters cannot be stored ("" when
+// they can, "?" when the lookup failed).
+func (b *Bridge) checkDeadLetterStream(ctx context.Context) string {
+	name := b.cfg.DeadLetter.Stream
+	lctx, cancel := context.WithTimeout(ctx, readinessTimeout)
+	defer cancel()
+	s, err := b.js.Stream(lctx, name)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return "dead-letter stream " + name + " does not exist: dead letters cannot be stored (messages that need one are redelivered); restart the bridge to create it"
+	case err != nil:
+		return "?"
+	case s.CachedInfo().Config.Sealed:
+		return "dead-letter stream " + name + " is sealed: dead letters cannot be stored (messages that need one are redelivered)"
+	}
+	return ""
+}
+
+// rebindAfterStreamLoss creates the consumers of a source stream that was
+// deleted and exists again. It reports whether every route is bound.
+func (b *Bridge) rebindAfterStreamLoss(ctx context.Context) bool {
+	all := true
+	for _, r := range b.routes {
+		lctx, cancel := context.WithTimeout(ctx, readinessTimeout)
+		err := r.bindConsumer(lctx)
+		cancel()
+		if err != nil {
+			r.log.Warn().Str("error", err.Error()).Msg("source stream is back; creating the route's consumer failed")
+			all = false
+			continue
+		}
+		r.missing.Store(false)
+		r.log.Warn().Str("stream", b.cfg.Stream.Name).Msg("source stream exists again; the route's consumer was created again")
+	}
+	return all
+}
+
+// checkConsumer looks the route's consumer up and counts failures.
+func (b *Bridge) checkConsumer(ctx context.Context, r *route) {
+	c := r.consumer()
+	if c == nil {
+		return
+	}
+	lctx, cancel := context.WithTimeout(ctx, readinessTimeout)
+	_, err := c.Info(lctx)
+	cancel()
+	rh := b.health.routes[r]
+	b.health.mu.Lock()
+	defer b.health.mu.Unlock()
+	switch {
+	case err == nil:
+		rh.failures, rh.lastErr = 0, ""
+		r.missing.Store(false)
+	case errors.Is(err, jetstream.ErrConsumerNotFound):
+		rh.failures, rh.lastErr = 0, ""
+		if !r.missing.Swap(true) {
+			r.log.Error().Msg("the route's consumer was deleted; restart the bridge to create it again (it will then deliver the stream from its start)")
+		}
+	case ctx.Err() == nil:
+		rh.failures++
+		rh.lastErr = err.Error()
+		if rh.failures == lookupFailuresNotReady {
+			r.log.Warn().Int("failures", rh.failures).Str("error", rh.lastErr).Msg("consumer lookups keep failing: not ready")
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -46,8 +47,66 @@ func cmdCheck(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := checkNATSFiles(cfg.NATS); err != nil {
+		return configFileErr(err, stderr)
+	}
+	for _, w := range configWarnings(cfg) {
+		fmt.Fprintf(stderr, "bridge: warning: %s: %s\n", w.key, w.text)
+	}
 	printRoutingTable(stdout, cfg)
 	return nil
+}
+
+// configFileErr prints each problem of checkNATSFiles on its own line and
+// returns exit code 2.
+func configFileErr(err error, stderr io.Writer) error {
+	var joined interface{ Unwrap() []error }
+	if errors.As(err, &joined) {
+		for _, e := range joined.Unwrap() {
+			fmt.Fprintln(stderr, "bridge: "+e.Error())
+		}
+		return &exitError{code: 2}
+	}
+	return &exitError{code: 2, msg: err.Error()}
+}
+
+// configWarning is a valid setting with which operators can hurt
+// themselves.
+type configWarning struct{ key, text string }
+
+// configWarnings lists destinations whose TLS certificates are not
+// verified and an admin listener reachable from other hosts. bridge check
+// prints them (exit code unchanged), bridge run logs them at warn level.
+func configWarnings(cfg *config.Config) []configWarning { return warningsWith(cfg, loopbackListen) }
+
+// warningsWith is configWarnings with its loopback test as a parameter.
+func warningsWith(cfg *config.Config, loopback func(hostPort string) bool) []configWarning {
+	var out []configWarning
+	for _, name := range cfg.DestinationNames() {
+		if cfg.Destinations[name].TLS.InsecureSkipVerify {
+			out = append(out, configWarning{"destinations." + name + ".tls.insecure_skip_verify",
+				"true: the destination's TLS certificate is not verified, so anyone on the network path can read and change deliveries"})
+		}
+	}
+	if l := cfg.Admin.Listen; l != "" && !loopback(l) {
+		out = append(out, configWarning{"admin.listen",
+			fmt.Sprintf("%q is reachable from other hosts: /status and /metrics have no authentication; bind 127.0.0.1 unless a firewall or proxy guards it", l)})
+	}
+	return out
+}
+
+// loopbackListen reports whether host:port binds loopback only (an empty
+// host, 0.0.0.0 and :: bind every interface).
+func loopbackListen(hostPort string) bool {
+	host, _, err := net.SplitHostPort(hostPort)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // printRoutingTable writes the routes and the policies of their

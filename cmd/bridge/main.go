@@ -1,8 +1,12 @@
 // Command bridge runs jetbridge: it delivers events from NATS JetStream to
 // HTTP destinations, and offers the commands to check its configuration.
 //
-// Exit codes: 0 success, 1 runtime failure, 2 bad usage or invalid
-// configuration.
+// Exit codes: 0 success (bridge run: after SIGINT/SIGTERM and the drain);
+// 1 runtime failure (NATS rejected the credentials or the TLS handshake at
+// start, the NATS connection was closed for good while running); 2 bad
+// usage or invalid configuration, including credential and TLS files that
+// are missing, unreadable or do not parse (see the README's Security
+// section).
 package main
 
 import (

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	stdlog "log"
 	"net"
 	"net/http"
 	"os"
@@ -16,10 +18,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
 	"github.com/sotercare/jetbridge/bridge"
@@ -41,40 +42,121 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := checkNATSFiles(cfg.NATS); err != nil {
+		return configFileErr(err, stderr)
+	}
 	log, err := newLogger(cfg.Log, stdout)
 	if err != nil {
 		return &exitError{code: 2, msg: "log.level: " + err.Error()}
 	}
+	for _, w := range configWarnings(cfg) {
+		log.Warn().Str("key", w.key).Msg(w.text)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	return runDaemon(ctx, cfg, log, production)
+}
 
-	conn, err := openNATS(ctx, cfg, log)
-	if err != nil {
-		return err
-	}
-	defer conn.close()
+// daemonParts are the parts of `bridge run` that tests swap, one at a
+// time, for a deliberately broken variant; production is the only set the
+// command uses.
+type daemonParts struct {
+	// natsOptions builds the NATS client options; they are applied after
+	// the daemon's own ClosedHandler, so they may replace it.
+	natsOptions optionsFunc
+	// adminHandler serves the admin endpoints of a running bridge.
+	adminHandler func(*bridge.Bridge, prometheus.Gatherer) http.Handler
+	// adminTimeouts bound the admin server's connections.
+	adminTimeouts adminTimeouts
+}
 
+var production = daemonParts{
+	natsOptions:   natsOptions,
+	adminHandler:  (*bridge.Bridge).AdminHandler,
+	adminTimeouts: defaultAdminTimeouts,
+}
+
+// runDaemon runs the bridge until ctx ends (exit 0 after the drain) or its
+// NATS connection is closed for good (the same drain as far as it goes,
+// then exit 1 with the cause). The admin endpoints answer from the start:
+// /readyz says why while the first connection is not made.
+func runDaemon(ctx context.Context, cfg *config.Config, log zerolog.Logger, parts daemonParts) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	b, err := bridge.New(cfg, conn.js, bridge.Options{Logger: log, Registerer: reg})
-	if err != nil {
-		return err
-	}
-	stopAdmin, err := serveAdmin(cfg.Admin.Listen, b.AdminHandler(reg), log)
+	admin := newAdminSwitch(reg)
+	stopAdmin, err := serveAdmin(cfg.Admin.Listen, admin, log, parts.adminTimeouts)
 	if err != nil {
 		return err
 	}
 	defer stopAdmin()
-	if err := b.Run(ctx); err != nil {
-		log.Error().Str("error", err.Error()).Msg("bridge failed")
+
+	conn, err := openNATSWith(ctx, cfg, log, parts.natsOptions, admin.setNotReady)
+	if err != nil || conn == nil {
+		return err // nil: a signal came before the first connection
+	}
+	defer conn.close()
+
+	b, err := bridge.New(cfg, conn.js, bridge.Options{Logger: log, Registerer: reg})
+	if err != nil {
+		return err
+	}
+	admin.setBridge(parts.adminHandler(b, reg))
+
+	// A connection closed for good stops the bridge like a signal.
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var lost atomic.Bool
+	watch := make(chan struct{})
+	go func() {
+		defer close(watch)
+		select {
+		case <-conn.lost():
+			if !conn.deliberate() {
+				lost.Store(true)
+				cancel()
+			}
+		case <-runCtx.Done():
+		}
+	}()
+	runErr := b.Run(runCtx)
+	cancel()
+	<-watch
+	if lost.Load() {
+		cause := "unknown cause"
+		if err := conn.nc.LastError(); err != nil {
+			cause = scrub(err.Error(), natsSecrets(cfg.NATS))
+		}
+		log.Error().Str("url", cfg.NATS.URL.RedactedURL()).Str("error", cause).
+			Msg("the NATS connection was closed for good; exiting so that the bridge is restarted")
+		return &exitError{code: 1, msg: fmt.Sprintf("nats: connection to NATS at %s closed for good: %s", cfg.NATS.URL.RedactedURL(), cause)}
+	}
+	if runErr != nil {
+		log.Error().Str("error", runErr.Error()).Msg("bridge failed")
 		return &exitError{code: 1}
 	}
 	return nil
 }
 
+// adminTimeouts bound the admin server's connections (slow or idle
+// clients cannot hold them open).
+type adminTimeouts struct {
+	readHeader, read, write, idle time.Duration
+	maxHeaderBytes                int
+}
+
+// defaultAdminTimeouts: the write timeout is longer than /status's own 5 s
+// bound.
+var defaultAdminTimeouts = adminTimeouts{
+	readHeader:     5 * time.Second,
+	read:           10 * time.Second,
+	write:          15 * time.Second,
+	idle:           60 * time.Second,
+	maxHeaderBytes: 16 << 10,
+}
+
 // serveAdmin serves the admin endpoints on listen ("" disables them) until
 // the returned stop is called.
-func serveAdmin(listen string, h http.Handler, log zerolog.Logger) (stop func(), err error) {
+func serveAdmin(listen string, h http.Handler, log zerolog.Logger, to adminTimeouts) (stop func(), err error) {
 	if listen == "" {
 		return func() {}, nil
 	}
@@ -82,7 +164,15 @@ func serveAdmin(listen string, h http.Handler, log zerolog.Logger) (stop func(),
 	if err != nil {
 		return nil, fmt.Errorf("admin.listen %s: %w", listen, err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: to.readHeader,
+		ReadTimeout:       to.read,
+		WriteTimeout:      to.write,
+		IdleTimeout:       to.idle,
+		MaxHeaderBytes:    to.maxHeaderBytes,
+		ErrorLog:          stdlog.New(io.Discard, "", 0), // client mistakes are not ours to log
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -99,116 +189,49 @@ func serveAdmin(listen string, h http.Handler, log zerolog.Logger) (stop func(),
 	}, nil
 }
 
-// natsConn is the connection to JetStream, with the embedded server behind
-// it when the configuration names no URL.
-type natsConn struct {
-	srv     *embedded.Server
-	nc      *nats.Conn
-	js      jetstream.JetStream
-	closed  chan struct{} // closed by the client once the connection is closed
-	closing atomic.Bool   // set before a deliberate close: no "reconnecting" log
-	log     zerolog.Logger
+// adminSwitch serves the admin endpoints before the bridge exists
+// (/healthz 200, /readyz 503 with why, /metrics), then the bridge's.
+type adminSwitch struct {
+	early    http.Handler
+	bridge   atomic.Pointer[http.Handler]
+	notReady atomic.Pointer[string]
 }
 
-// openNATS starts the embedded server when nats.url is empty, then
-// connects with reconnection forever.
-func openNATS(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*natsConn, error) {
-	c := &natsConn{log: log, closed: make(chan struct{})}
-	url := cfg.NATS.URL.Value()
-	if cfg.Embedded() {
-		srv, err := embedded.Start(ctx, embedded.Options{
-			Listen:     cfg.NATS.Embedded.Listen,
-			StoreDir:   cfg.NATS.Embedded.StoreDir,
-			SyncAlways: cfg.NATS.Embedded.SyncAlways,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("embedded JetStream: %w", err)
+func newAdminSwitch(g prometheus.Gatherer) *adminSwitch {
+	a := &adminSwitch{}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeAdminJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	notReady := func(w http.ResponseWriter, _ *http.Request) {
+		reason := "starting: connecting to NATS"
+		if r := a.notReady.Load(); r != nil && *r != "" {
+			reason = *r
 		}
-		c.srv = srv
-		url = srv.ClientURL()
-		log.Info().Str("listen", srv.Addr()).Str("store_dir", cfg.NATS.Embedded.StoreDir).
-			Str("server_version", srv.Version()).Msg("embedded JetStream started")
+		writeAdminJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": reason})
 	}
-	opts, err := natsOptions(cfg.NATS, log, &c.closing)
-	opts = append(opts, nats.ClosedHandler(func(*nats.Conn) { close(c.closed) }))
-	if err != nil {
-		c.close()
-		return nil, &exitError{code: 2, msg: err.Error()}
-	}
-	nc, err := nats.Connect(url, opts...)
-	if err != nil {
-		c.close()
-		return nil, fmt.Errorf("connect to NATS at %s: %w", cfg.NATS.URL.RedactedURL(), err)
-	}
-	c.nc = nc
-	if c.js, err = jetstream.New(nc); err != nil {
-		c.close()
-		return nil, err
-	}
-	return c, nil
+	mux.HandleFunc("GET /readyz", notReady)
+	mux.HandleFunc("GET /status", notReady)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	a.early = mux
+	return a
 }
 
-func (c *natsConn) close() {
-	if c.nc != nil {
-		c.closing.Store(true)
-		// Drain flushes the last acks before closing.
-		if err := c.nc.Drain(); err != nil {
-			c.nc.Close()
-		}
-		select {
-		case <-c.closed:
-		case <-time.After(10 * time.Second):
-			c.nc.Close()
-		}
+func (a *adminSwitch) setNotReady(reason string) { a.notReady.Store(&reason) }
+func (a *adminSwitch) setBridge(h http.Handler)  { a.bridge.Store(&h) }
+
+func (a *adminSwitch) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h := a.bridge.Load(); h != nil {
+		(*h).ServeHTTP(w, r)
+		return
 	}
-	if c.srv != nil {
-		c.srv.Shutdown()
-		c.log.Info().Msg("embedded JetStream stopped")
-	}
+	a.early.ServeHTTP(w, r)
 }
 
-// natsOptions maps the nats section to client options: authentication,
-// TLS, and reconnection forever with backoff.
-func natsOptions(nc config.NATS, log zerolog.Logger, closing *atomic.Bool) ([]nats.Option, error) {
-	opts := []nats.Option{
-		nats.Name(nc.Name),
-		nats.MaxReconnects(-1),
-		nats.RetryOnFailedConnect(true), // a broker not up yet is waited for, like a restart
-		nats.ReconnectWait(500 * time.Millisecond),
-		nats.ReconnectJitter(250*time.Millisecond, time.Second),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if closing.Load() {
-				return
-			}
-			ev := log.Warn()
-			if err != nil {
-				ev = ev.Str("error", err.Error())
-			}
-			ev.Msg("disconnected from NATS; reconnecting")
-		}),
-		nats.ReconnectHandler(func(*nats.Conn) { log.Info().Msg("reconnected to NATS") }),
-	}
-	switch {
-	case nc.CredsFile != "":
-		opts = append(opts, nats.UserCredentials(nc.CredsFile))
-	case nc.NKeySeedFile != "":
-		o, err := nats.NkeyOptionFromSeed(nc.NKeySeedFile)
-		if err != nil {
-			return nil, fmt.Errorf("nats.nkey_seed_file: %w", err)
-		}
-		opts = append(opts, o)
-	case nc.User != "":
-		opts = append(opts, nats.UserInfo(nc.User, nc.Password.Value()))
-	case nc.Token != "":
-		opts = append(opts, nats.Token(nc.Token.Value()))
-	}
-	if t := nc.TLS; t.CAFile != "" {
-		opts = append(opts, nats.RootCAs(t.CAFile))
-	}
-	if t := nc.TLS; t.CertFile != "" || t.KeyFile != "" {
-		opts = append(opts, nats.ClientCert(t.CertFile, t.KeyFile))
-	}
-	return opts, nil
+func writeAdminJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
 }
 
 // newLogger builds the JSON or console logger of the log section.

@@ -1,0 +1,450 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+	"github.com/rs/zerolog"
+
+	"github.com/sotercare/jetbridge/config"
+	"github.com/sotercare/jetbridge/internal/embedded"
+)
+
+// Backoff of the first connection while NATS cannot be reached.
+const (
+	firstConnectMin = 250 * time.Millisecond
+	firstConnectMax = 5 * time.Second
+)
+
+// connErrClass is what a failed connection attempt means for the bridge.
+type connErrClass int
+
+const (
+	connUnreachable connErrClass = iota // refused, no route, DNS, timeout: wait for the broker
+	connAuth                            // the server rejected the credentials: fatal
+	connTLS                             // the TLS handshake failed: fatal
+	connCreds                           // the credentials could not be used: fatal
+)
+
+func (c connErrClass) String() string {
+	switch c {
+	case connAuth:
+		return "NATS rejected the credentials"
+	case connTLS:
+		return "TLS with NATS failed"
+	case connCreds:
+		return "NATS credentials unusable"
+	}
+	return "cannot reach NATS"
+}
+
+// classifyConnErr sorts an error of nats.Connect (made without
+// RetryOnFailedConnect, so that it is the real cause).
+func classifyConnErr(err error) connErrClass {
+	var (
+		verify  *tls.CertificateVerificationError
+		unknown x509.UnknownAuthorityError
+		host    x509.HostnameError
+		invalid x509.CertificateInvalidError
+		alert   tls.AlertError
+		recErr  tls.RecordHeaderError
+	)
+	msg := strings.ToLower(err.Error())
+	switch {
+	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired),
+		errors.Is(err, nats.ErrAuthRevoked), errors.Is(err, nats.ErrAccountAuthExpired),
+		strings.Contains(msg, "authorization violation"), strings.Contains(msg, "authentication expired"),
+		strings.Contains(msg, "authentication revoked"):
+		return connAuth
+	case errors.As(err, &verify), errors.As(err, &unknown), errors.As(err, &host), errors.As(err, &invalid),
+		errors.As(err, &alert), errors.As(err, &recErr),
+		errors.Is(err, nats.ErrSecureConnRequired), errors.Is(err, nats.ErrSecureConnWanted),
+		strings.Contains(msg, "tls:"), strings.Contains(msg, "x509:"), strings.Contains(msg, "tls error"):
+		return connTLS
+	case errors.Is(err, nats.ErrNkeysNotSupported), errors.Is(err, nats.ErrNkeyButNoSigCB),
+		strings.Contains(msg, "nkeys:"), strings.Contains(msg, "signing nonce"),
+		strings.Contains(msg, "user credentials"), strings.Contains(msg, "key pair"):
+		return connCreds
+	}
+	return connUnreachable
+}
+
+// natsSecrets are the secret values of the nats section, for scrub.
+func natsSecrets(n config.NATS) []string {
+	out := []string{n.Password.Value(), n.Token.Value()}
+	for raw := range strings.SplitSeq(n.URL.Value(), ",") {
+		if u, err := url.Parse(strings.TrimSpace(raw)); err == nil && u.User != nil {
+			out = append(out, u.User.Username())
+			if p, ok := u.User.Password(); ok {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// scrub replaces every secret in s by "[redacted]": library errors are
+// not known to quote credentials, and stay that way in our output.
+func scrub(s string, secrets []string) string {
+	for _, sec := range secrets {
+		if len(sec) >= 3 {
+			s = strings.ReplaceAll(s, sec, "[redacted]")
+		}
+	}
+	return s
+}
+
+// checkNATSFiles verifies the credential and TLS files of the nats
+// section before any connection: each must exist, be readable and parse.
+// An unusable file is a configuration error naming its key, e.g.
+// "nats.creds_file: open /x: no such file or directory" (bridge check
+// and bridge run exit 2 on it). Errors never quote a file's content.
+func checkNATSFiles(n config.NATS) error {
+	var errs []error
+	bad := func(key string, err error) { errs = append(errs, fmt.Errorf("nats.%s: %w", key, err)) }
+	if n.CredsFile != "" {
+		if err := checkCredsFile(n.CredsFile); err != nil {
+			bad("creds_file", err)
+		}
+	}
+	if n.NKeySeedFile != "" {
+		if _, err := nats.NkeyOptionFromSeed(n.NKeySeedFile); err != nil {
+			bad("nkey_seed_file", err)
+		}
+	}
+	if f := n.TLS.CAFile; f != "" {
+		if data, err := os.ReadFile(f); err != nil {
+			bad("tls.ca_file", err)
+		} else if !x509.NewCertPool().AppendCertsFromPEM(data) {
+			bad("tls.ca_file", fmt.Errorf("%s: no PEM certificate found", f))
+		}
+	}
+	if c, k := n.TLS.CertFile, n.TLS.KeyFile; c != "" && k != "" {
+		_, cerr := os.ReadFile(c)
+		_, kerr := os.ReadFile(k)
+		switch {
+		case cerr != nil:
+			bad("tls.cert_file", cerr)
+		case kerr != nil:
+			bad("tls.key_file", kerr)
+		default:
+			if _, err := tls.LoadX509KeyPair(c, k); err != nil {
+				key := "tls.cert_file"
+				if strings.Contains(err.Error(), "key") {
+					key = "tls.key_file"
+				}
+				bad(key, fmt.Errorf("%s, %s: %w", c, k, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkCredsFile verifies that a creds file holds a user JWT and an nkey
+// seed, as nats.UserCredentials will read it.
+func checkCredsFile(path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	defer wipe(data)
+	jwt, err := nkeys.ParseDecoratedJWT(data)
+	if err != nil || strings.Count(jwt, ".") != 2 {
+		return fmt.Errorf("%s: no user JWT found (want a creds file from nsc or nats-account-server)", path)
+	}
+	kp, err := nkeys.ParseDecoratedNKey(data)
+	if err != nil {
+		return fmt.Errorf("%s: no nkey seed found: %w", path, err)
+	}
+	kp.Wipe()
+	return nil
+}
+
+func wipe(b []byte) {
+	for i := range b {
+		b[i] = 0
+	}
+}
+
+// natsOptions maps the nats section to client options: authentication,
+// TLS, reconnection forever with backoff, and nats.go's callbacks routed to
+// the structured log. It first checks the credential files (checkNATSFiles);
+// its error is a configuration error.
+//
+// An authentication error while reconnecting does not close the connection
+// (IgnoreAuthErrorAbort): credentials rotated on the server side and back,
+// or a server restarted with a different auth setup for a while, must not
+// leave a bridge that never reconnects. It keeps retrying and reports
+// "NATS rejected the credentials" on /readyz meanwhile.
+func natsOptions(nc config.NATS, log zerolog.Logger, closing *atomic.Bool) ([]nats.Option, error) {
+	if err := checkNATSFiles(nc); err != nil {
+		return nil, err
+	}
+	secrets := natsSecrets(nc)
+	asyncErrs := &fallingRate{}
+	opts := []nats.Option{
+		nats.Name(nc.Name),
+		nats.MaxReconnects(-1),
+		nats.IgnoreAuthErrorAbort(),
+		nats.ReconnectWait(500 * time.Millisecond),
+		nats.ReconnectJitter(250*time.Millisecond, time.Second),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if closing.Load() {
+				return
+			}
+			ev := log.Warn()
+			if err != nil {
+				ev = ev.Str("error", scrub(err.Error(), secrets))
+			}
+			ev.Msg("disconnected from NATS; reconnecting")
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) {
+			asyncErrs.reset()
+			log.Info().Str("server", redactedServer(c.ConnectedUrlRedacted())).Msg("reconnected to NATS")
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			if closing.Load() || err == nil {
+				return
+			}
+			class := classifyConnErr(err)
+			n, ok := asyncErrs.next(class.String() + err.Error())
+			if !ok {
+				return
+			}
+			ev := log.Warn().Int("occurrences", n)
+			if class != connUnreachable {
+				ev = ev.Str("class", class.String())
+			}
+			if sub != nil {
+				// Our subscriptions are inboxes and JetStream API
+				// subjects; the subject names no secret and no payload.
+				ev = ev.Str("subject", sub.Subject)
+			}
+			ev.Str("error", scrub(err.Error(), secrets)).Msg("NATS error")
+		}),
+		nats.LameDuckModeHandler(func(*nats.Conn) {
+			log.Warn().Msg("NATS server entered lame duck mode; the connection will move to another server")
+		}),
+		nats.DiscoveredServersHandler(func(c *nats.Conn) {
+			log.Info().Int("servers", len(c.DiscoveredServers())).Msg("discovered NATS servers")
+		}),
+	}
+	switch {
+	case nc.CredsFile != "":
+		opts = append(opts, nats.UserCredentials(nc.CredsFile))
+	case nc.NKeySeedFile != "":
+		o, err := nats.NkeyOptionFromSeed(nc.NKeySeedFile)
+		if err != nil {
+			return nil, fmt.Errorf("nats.nkey_seed_file: %w", err)
+		}
+		opts = append(opts, o)
+	case nc.User != "":
+		opts = append(opts, nats.UserInfo(nc.User, nc.Password.Value()))
+	case nc.Token != "":
+		opts = append(opts, nats.Token(nc.Token.Value()))
+	}
+	if t := nc.TLS; t.CAFile != "" {
+		opts = append(opts, nats.RootCAs(t.CAFile))
+	}
+	if t := nc.TLS; t.CertFile != "" || t.KeyFile != "" {
+		opts = append(opts, nats.ClientCert(t.CertFile, t.KeyFile))
+	}
+	return opts, nil
+}
+
+// redactedServer drops anything but scheme and host from a server URL.
+func redactedServer(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" {
+		return ""
+	}
+	return u.Scheme + "://" + u.Host
+}
+
+// fallingRate lets the 1st, 2nd, 4th, 8th... occurrence of the same error
+// through: an error repeated on every reconnect attempt (every half
+// second) is logged ever more rarely, with its count.
+type fallingRate struct {
+	mu   sync.Mutex
+	last string
+	n    int
+}
+
+func (f *fallingRate) next(key string) (n int, log bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if key != f.last {
+		f.last, f.n = key, 0
+	}
+	f.n++
+	return f.n, f.n&(f.n-1) == 0
+}
+
+func (f *fallingRate) reset() {
+	f.mu.Lock()
+	f.last, f.n = "", 0
+	f.mu.Unlock()
+}
+
+// natsConn is the connection to JetStream, with the embedded server behind
+// it when the configuration names no URL.
+type natsConn struct {
+	srv     *embedded.Server
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	closed  chan struct{} // closed once the client has closed the connection
+	closing atomic.Bool   // set before a deliberate close: not a loss, no logs
+	log     zerolog.Logger
+}
+
+// lost is closed when the connection was closed for good without our
+// asking; cause is then nc.LastError().
+func (c *natsConn) lost() <-chan struct{} { return c.closed }
+
+// deliberate reports whether the connection was closed on our request.
+func (c *natsConn) deliberate() bool { return c.closing.Load() }
+
+// notReadyFunc receives why the first connection has not been made yet
+// ("" once it is made); /readyz reports it.
+type notReadyFunc func(reason string)
+
+// openNATS is openNATSWith for callers without admin endpoints (the demo):
+// the production options, and ctx ending first is an error.
+func openNATS(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*natsConn, error) {
+	c, err := openNATSWith(ctx, cfg, log, natsOptions, func(string) {})
+	if err == nil && c == nil {
+		err = fmt.Errorf("connect to NATS: %w", context.Cause(ctx))
+	}
+	return c, err
+}
+
+// openNATSWith starts the embedded server when nats.url is empty, then makes
+// the first connection: without RetryOnFailedConnect, so that a failure
+// is the real cause. An authentication, TLS or credentials error is fatal
+// (exit 1, with the cause); an unreachable server is waited for with
+// backoff, reported on /readyz through notReady. Once connected, the
+// connection reconnects forever. It returns (nil, nil) when ctx ends
+// first. build makes the client options (natsOptions in production).
+func openNATSWith(ctx context.Context, cfg *config.Config, log zerolog.Logger, build optionsFunc, notReady notReadyFunc) (*natsConn, error) {
+	c := &natsConn{log: log, closed: make(chan struct{})}
+	url, shown := cfg.NATS.URL.Value(), cfg.NATS.URL.RedactedURL()
+	if cfg.Embedded() {
+		srv, err := embedded.Start(ctx, embedded.Options{
+			Listen:     cfg.NATS.Embedded.Listen,
+			StoreDir:   cfg.NATS.Embedded.StoreDir,
+			SyncAlways: cfg.NATS.Embedded.SyncAlways,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("embedded JetStream: %w", err)
+		}
+		c.srv = srv
+		url, shown = srv.ClientURL(), srv.ClientURL()
+		log.Info().Str("listen", srv.Addr()).Str("store_dir", cfg.NATS.Embedded.StoreDir).
+			Str("server_version", srv.Version()).Msg("embedded JetStream started")
+	}
+	built, err := build(cfg.NATS, log, &c.closing)
+	if err != nil {
+		c.close()
+		return nil, &exitError{code: 2, msg: err.Error()}
+	}
+	// Ours first: the options built after them may replace any of them.
+	// A failed nats.Connect calls no handler, so only the kept connection
+	// closes c.closed; the Once is belt and braces.
+	var once sync.Once
+	opts := append([]nats.Option{nats.ClosedHandler(func(*nats.Conn) { once.Do(func() { close(c.closed) }) })}, built...)
+	secrets := natsSecrets(cfg.NATS)
+	pause := firstConnectMin
+	rate := &fallingRate{}
+	for attempt := 1; ; attempt++ {
+		nc, err := nats.Connect(url, opts...)
+		if err == nil {
+			c.nc = nc
+			break
+		}
+		cause := scrub(connectCause(err, url), secrets)
+		class := classifyConnErr(err)
+		if class != connUnreachable {
+			c.close()
+			return nil, &exitError{code: 1, msg: fmt.Sprintf("nats: %s at %s: %s", class, shown, cause)}
+		}
+		reason := fmt.Sprintf("cannot reach NATS at %s: %s", shown, cause)
+		notReady(reason)
+		if n, ok := rate.next(cause); ok {
+			log.Warn().Str("url", shown).Str("error", cause).Int("attempts", n).Str("retry_in", pause.String()).
+				Msg("cannot reach NATS; retrying")
+		}
+		select {
+		case <-ctx.Done():
+			c.close()
+			return nil, nil
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, firstConnectMax)
+	}
+	notReady("")
+	log.Info().Str("url", shown).Msg("connected to NATS")
+	if c.js, err = jetstream.New(c.nc); err != nil {
+		c.close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// connectCause is err's text; nats.go reports a refused connection as
+// "no servers available", so then the dial error of the first server is
+// added ("connect: connection refused", a DNS failure...).
+func connectCause(err error, servers string) string {
+	if !errors.Is(err, nats.ErrNoServers) {
+		return err.Error()
+	}
+	first, _, _ := strings.Cut(servers, ",")
+	u, perr := url.Parse(strings.TrimSpace(first))
+	if perr != nil || u.Host == "" {
+		return err.Error()
+	}
+	host := u.Host
+	if u.Port() == "" {
+		host = net.JoinHostPort(u.Hostname(), "4222")
+	}
+	c, derr := net.DialTimeout("tcp", host, 2*time.Second)
+	if derr != nil {
+		return err.Error() + " (" + derr.Error() + ")"
+	}
+	c.Close()
+	return err.Error()
+}
+
+// optionsFunc builds the client options of the nats section.
+type optionsFunc func(config.NATS, zerolog.Logger, *atomic.Bool) ([]nats.Option, error)
+
+func (c *natsConn) close() {
+	if c.nc != nil {
+		c.closing.Store(true)
+		// Drain flushes the last acks before closing.
+		if err := c.nc.Drain(); err != nil {
+			c.nc.Close()
+		}
+		select {
+		case <-c.closed:
+		case <-time.After(10 * time.Second):
+			c.nc.Close()
+		}
+	}
+	if c.srv != nil {
+		c.srv.Shutdown()
+		c.log.Info().Msg("embedded JetStream stopped")
+	}
+}
