@@ -163,21 +163,43 @@ func kept(k string) bool {
 	return false
 }
 
+// maxHeaderBytes is JetStream's limit on a stored message's encoded
+// headers (error code 10097 above it).
+const maxHeaderBytes = 65535
+
+// errCodeHeaderTooLarge is JetStream's "header size exceeds maximum allowed
+// of 64k"; nats.go has no constant for it.
+const errCodeHeaderTooLarge jetstream.ErrorCode = 10097
+
 // msgSize is what a message counts against max_payload and a stream's
-// max_msg_size: the data plus the encoded headers ("NATS/1.0\r\n", one
+// max_msg_size: the data plus the encoded headers.
+func msgSize(m *nats.Msg) int64 { return int64(len(m.Data)) + headerSize(m) }
+
+// headerSize is the size of the encoded headers ("NATS/1.0\r\n", one
 // "Key: Value\r\n" per value, "\r\n"), computed as nats.go does.
-func msgSize(m *nats.Msg) int64 {
-	n := int64(len(m.Data))
+func headerSize(m *nats.Msg) int64 {
 	if len(m.Header) == 0 {
-		return n
+		return 0
 	}
-	n += int64(len("NATS/1.0\r\n") + len("\r\n"))
+	n := int64(len("NATS/1.0\r\n") + len("\r\n"))
 	for k, vs := range m.Header {
 		for _, v := range vs {
 			n += int64(len(k) + len(textproto.TrimString(v)) + len(": \r\n"))
 		}
 	}
 	return n
+}
+
+// fits reports whether m passes the checks known before sending: the
+// server's max_payload (limit; 0 when unknown) and JetStream's header limit.
+func fits(m *nats.Msg, limit int64) (string, bool) {
+	switch {
+	case limit > 0 && msgSize(m) > limit:
+		return "max_payload", false
+	case headerSize(m) > maxHeaderBytes:
+		return "header_size", false
+	}
+	return "", true
 }
 
 // tooLarge reports whether a publish was refused for the message's size
@@ -189,6 +211,8 @@ func tooLarge(err error) (string, bool) {
 		return "max_payload", true
 	case errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum):
 		return "stream_max_msg_size", true
+	case errors.Is(err, &jetstream.APIError{ErrorCode: errCodeHeaderTooLarge}):
+		return "header_size", true
 	case errors.Is(err, nats.ErrBadHeaderMsg):
 		return "header_format", true
 	}
@@ -199,23 +223,27 @@ func tooLarge(err error) (string, bool) {
 type dlStored struct {
 	form      dlForm
 	stored    bool   // false: a duplicate of a copy stored before
-	refusedBy string // why a larger form was not used: max_payload, stream_max_msg_size, header_format
+	refusedBy string // why a larger form was not used: max_payload, stream_max_msg_size, header_size, header_format
 }
 
 // storeDeadLetter publishes the dead letter in the largest form that fits:
-// full when it fits max_payload (limit; 0 when unknown), else without its
-// payload, else without the original headers too. The size is computed
-// first (the client would refuse without sending); a refusal for size or
-// format by the client or the stream (which may have its own
-// max_msg_size) moves on to the next form. Every form carries the same
+// full when it fits max_payload (limit; 0 when unknown) and JetStream's
+// 64 KiB header limit, else without its payload, else without the original
+// headers too. The size is computed first (the client would refuse without
+// sending); a refusal for size or format by the client or the stream
+// (which may have its own max_msg_size) moves on to the next form. Every form carries the same
 // Nats-Msg-Id, so a retry stores one copy.
 func storeDeadLetter(ctx context.Context, js jetstream.JetStream, full *nats.Msg, limit int64,
 	shrink func(*nats.Msg, dlForm) *nats.Msg) (dlStored, error) {
 	out := dlStored{form: dlFull}
 	m := full
-	for limit > 0 && msgSize(m) > limit && out.form < dlMinimal {
+	for out.form < dlMinimal {
+		why, ok := fits(m, limit)
+		if ok {
+			break
+		}
 		out.form++
-		out.refusedBy = "max_payload"
+		out.refusedBy = why
 		m = shrink(full, out.form)
 	}
 	for {
