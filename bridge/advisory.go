@@ -23,16 +23,70 @@ import (
 // names (read back from the source stream by sequence). Every replica
 // shares one durable consumer on that stream; a dead letter's Nats-Msg-Id
 // makes a repeated one harmless.
+//
+// The advisory stream is untrusted input: an advisory is size-bounded,
+// validated, and must agree with the subject it was stored under before
+// anything acts on it. A failure is classified (see the README's safety-net
+// section):
+//   - permanent (retrying can never help: the advisory is unreadable or
+//     names another stream, the route's consumer no longer exists, the
+//     message is gone, or the dead letter is refused even without its
+//     payload): logged once at error level with the stream sequence, counted
+//     in bridge_safety_net_failures_total{reason}, and the advisory is acked.
+//     The message itself, if still there, stays in the source stream.
+//   - transient (NATS unavailable, a timeout): the advisory is nak'ed with a
+//     delay that grows with its delivery count (kept by the server, so it
+//     survives restarts) from 5 s to 5 min, and logged on its first delivery
+//     and every transientLogEvery-th after (at the 5 min cap, once an hour).
+// An advisory for a jetbridge route that this replica does not run (a
+// rolling deploy) is left for another replica with the same growing delay,
+// and logged once per consumer name.
 
 const (
 	maxDeliveriesPrefix = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES."
 	advisoryConsumer    = "jetbridge"
-	advisoryRetry       = 5 * time.Second
+	// advisoryRetry is the first retry delay of an advisory; it doubles with
+	// every delivery of the advisory up to advisoryMaxRetry.
+	advisoryRetry    = 5 * time.Second
+	advisoryMaxRetry = 5 * time.Minute
+	// maxAdvisoryBytes bounds the JSON read: real advisories are under 1 KiB.
+	maxAdvisoryBytes = 64 << 10
+	// maxNameLen bounds the stream and consumer names an advisory may carry.
+	maxNameLen = 255
+	// transientLogEvery: a transient failure is logged on the advisory's
+	// first delivery and every transientLogEvery-th one after. Deliveries 1
+	// to 12 span about 30 minutes; at the 5 min cap, 12 are an hour.
+	transientLogEvery = 12
+	// fetchLogEvery is the most often a failed advisory fetch is logged.
+	fetchLogEvery = time.Minute
+	// routeDescPrefix marks a consumer as a jetbridge route (see consumerConfig).
+	routeDescPrefix = "jetbridge route "
+	// maxNotRunLogged bounds the set of consumer names already logged as run
+	// by another replica.
+	maxNotRunLogged = 1024
 )
+
+// Safety-net failure reasons: the reason label of
+// bridge_safety_net_failures_total.
+const (
+	SafetyNetInvalidAdvisory   = "invalid-advisory"    // oversized, not JSON, or fields missing, malformed or inconsistent with its subject
+	SafetyNetForeignStream     = "foreign-stream"      // names a stream that is not stream.name
+	SafetyNetConsumerGone      = "consumer-gone"       // names a route this replica does not run whose consumer no longer exists
+	SafetyNetMessageGone       = "message-gone"        // the message is no longer in the source stream
+	SafetyNetDeadLetterRefused = "dead-letter-refused" // refused for size or format even without payload and original headers
+)
+
+var safetyNetReasons = []string{SafetyNetInvalidAdvisory, SafetyNetForeignStream, SafetyNetConsumerGone,
+	SafetyNetMessageGone, SafetyNetDeadLetterRefused}
 
 // ErrGivenUp is the failure recorded for a message JetStream stopped
 // redelivering (its MAX_DELIVERIES advisory).
 var ErrGivenUp = errors.New("JetStream stopped redelivering: max deliveries reached without a settlement")
+
+var (
+	errInvalidAdvisory = errors.New("unreadable MAX_DELIVERIES advisory")
+	errForeignStream   = errors.New("MAX_DELIVERIES advisory names a stream that is not the bridge's")
+)
 
 // AdvisoryStreamName is the stream that keeps the MAX_DELIVERIES advisories.
 func AdvisoryStreamName(dl config.DeadLetter) string { return dl.Stream + "_ADVISORIES" }
@@ -57,9 +111,123 @@ type maxDeliveriesAdvisory struct {
 	Deliveries uint64 `json:"deliveries"`
 }
 
+// parseAdvisory reads and validates an advisory stored under subject. Its
+// errors match errInvalidAdvisory and never quote the advisory.
+func parseAdvisory(subject string, data []byte) (maxDeliveriesAdvisory, error) {
+	var adv maxDeliveriesAdvisory
+	if len(data) > maxAdvisoryBytes {
+		return adv, fmt.Errorf("%w: %d bytes, more than %d", errInvalidAdvisory, len(data), maxAdvisoryBytes)
+	}
+	if err := json.Unmarshal(data, &adv); err != nil {
+		return adv, fmt.Errorf("%w: not a JSON advisory", errInvalidAdvisory)
+	}
+	switch {
+	case adv.StreamSeq == 0:
+		return adv, fmt.Errorf("%w: no stream_seq", errInvalidAdvisory)
+	case !validName(adv.Stream):
+		return adv, fmt.Errorf("%w: missing or malformed stream name", errInvalidAdvisory)
+	case !validName(adv.Consumer):
+		return adv, fmt.Errorf("%w: missing or malformed consumer name", errInvalidAdvisory)
+	case subject != maxDeliveriesPrefix+adv.Stream+"."+adv.Consumer:
+		return adv, fmt.Errorf("%w: stream and consumer do not match the advisory's subject", errInvalidAdvisory)
+	}
+	return adv, nil
+}
+
+// validName reports whether s can be a JetStream stream or consumer name:
+// 1 to maxNameLen bytes, no whitespace, control characters, '.', '*', '>'
+// or path separators.
+func validName(s string) bool {
+	if s == "" || len(s) > maxNameLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c <= ' ' || c == 0x7f, c == '.', c == '*', c == '>', c == '/', c == '\\':
+			return false
+		}
+	}
+	return true
+}
+
+// advisoryVerdict is what the safety net does after a failure.
+type advisoryVerdict struct {
+	Reason string        // permanent: a SafetyNet* reason; empty: transient
+	Delay  time.Duration // transient: the NakWithDelay delay
+	Log    bool          // transient: log this retry
+}
+
+// advisoryClassifier decides permanent or transient for a failure of an
+// advisory delivered for the delivered-th time. Production uses
+// classifyAdvisoryFailure; tests swap Bridge.classifyAdvisory.
+type advisoryClassifier func(err error, delivered uint64) advisoryVerdict
+
+// classifyAdvisoryFailure: every failure retrying can never cure is
+// permanent; anything else (NATS unavailable, a timeout, a stream leader
+// election) is transient and retried after advisoryBackoff.
+func classifyAdvisoryFailure(err error, delivered uint64) advisoryVerdict {
+	switch {
+	case errors.Is(err, errInvalidAdvisory):
+		return advisoryVerdict{Reason: SafetyNetInvalidAdvisory}
+	case errors.Is(err, errForeignStream):
+		return advisoryVerdict{Reason: SafetyNetForeignStream}
+	case errors.Is(err, jetstream.ErrConsumerNotFound):
+		return advisoryVerdict{Reason: SafetyNetConsumerGone}
+	case errors.Is(err, jetstream.ErrMsgNotFound), errors.Is(err, jetstream.ErrStreamNotFound):
+		return advisoryVerdict{Reason: SafetyNetMessageGone}
+	case errors.Is(err, ErrDeadLetterRefused):
+		return advisoryVerdict{Reason: SafetyNetDeadLetterRefused}
+	}
+	return advisoryVerdict{Delay: advisoryBackoff(delivered), Log: delivered <= 1 || delivered%transientLogEvery == 0}
+}
+
+// advisoryBackoff is the retry delay of an advisory delivered n times:
+// advisoryRetry doubling up to advisoryMaxRetry.
+func advisoryBackoff(n uint64) time.Duration {
+	if n < 1 {
+		n = 1
+	}
+	return min(advisoryRetry<<min(n-1, 16), advisoryMaxRetry)
+}
+
+// logLimiter lets a line through at most once per every; it counts the
+// lines it held back.
+type logLimiter struct {
+	every      time.Duration
+	last       time.Time
+	suppressed int
+}
+
+// allow reports whether a line may be logged at now, and how many were held
+// back since the last one.
+func (l *logLimiter) allow(now time.Time) (bool, int) {
+	if !l.last.IsZero() && now.Sub(l.last) < l.every {
+		l.suppressed++
+		return false, 0
+	}
+	n := l.suppressed
+	l.last, l.suppressed = now, 0
+	return true, n
+}
+
+// safetyNet is the state of the advisory loop; one goroutine owns it.
+type safetyNet struct {
+	b        *Bridge
+	log      zerolog.Logger
+	classify advisoryClassifier
+	notRun   map[string]struct{} // consumers already logged as run by another replica
+	fetch    logLimiter          // failed fetches
+}
+
 // advisories processes the stored advisories until ctx ends.
 func (b *Bridge) advisories(ctx context.Context, cons jetstream.Consumer) {
-	log := b.log.With().Str("component", "max-deliveries").Logger()
+	n := &safetyNet{
+		b:        b,
+		log:      b.log.With().Str("component", "max-deliveries").Logger(),
+		classify: b.classifyAdvisory,
+		notRun:   make(map[string]struct{}),
+		fetch:    logLimiter{every: fetchLogEvery},
+	}
 	failures := 0
 	for ctx.Err() == nil {
 		fctx, cancel := context.WithTimeout(ctx, fetchWait)
@@ -67,54 +235,50 @@ func (b *Bridge) advisories(ctx context.Context, cons jetstream.Consumer) {
 		if err != nil {
 			cancel()
 			failures++
-			log.Warn().Int("failures", failures).Str("error", err.Error()).Msg("advisory fetch failed")
+			if ok, suppressed := n.fetch.allow(time.Now()); ok {
+				n.log.Warn().Int("failures", failures).Int("suppressed", suppressed).Str("error", err.Error()).
+					Msg("advisory fetch failed")
+			}
 			sleep(ctx, retryPause(failures))
 			continue
 		}
 		for m := range batch.Messages() {
-			b.handleAdvisory(m, log)
+			n.handle(m)
 		}
 		cancel()
 		failures = 0
 	}
 }
 
-func (b *Bridge) handleAdvisory(m jetstream.Msg, log zerolog.Logger) {
+// handle processes one advisory and settles it.
+func (n *safetyNet) handle(m jetstream.Msg) {
 	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
 	defer cancel()
-	var adv maxDeliveriesAdvisory
-	if err := json.Unmarshal(m.Data(), &adv); err != nil || adv.StreamSeq == 0 {
-		log.Warn().Msg("unreadable MAX_DELIVERIES advisory dropped")
-		_ = m.Ack()
-		return
+	b := n.b
+	log := n.log
+	delivered := uint64(1)
+	if md, err := m.Metadata(); err == nil {
+		delivered = max(md.NumDelivered, 1)
+		log = log.With().Uint64("advisory_seq", md.Sequence.Stream).Logger()
 	}
-	var r *route
-	for _, rt := range b.routes {
-		if rt.cfg.Name == adv.Consumer {
-			r = rt
-		}
-	}
-	if r == nil || adv.Stream != b.cfg.Stream.Name {
-		if b.isBridgeConsumer(ctx, adv) {
-			// A route this replica does not know (a rolling deploy added
-			// it): leave the advisory to a replica that does.
-			log.Warn().Str("consumer", adv.Consumer).Msg("MAX_DELIVERIES advisory for a route this replica does not run; left for another replica")
-			_ = m.NakWithDelay(advisoryRetry)
-			return
-		}
-		_ = m.Ack() // a consumer of the stream that is not jetbridge's
-		return
-	}
-	log = log.With().Str("route", r.cfg.Name).Uint64("stream_seq", adv.StreamSeq).Uint64("delivered", adv.Deliveries).Logger()
-	err := b.deadLetterGivenUp(ctx, r, adv)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		log.Warn().Msg("message named by a MAX_DELIVERIES advisory is no longer in the stream")
-		_ = m.Ack()
-		return
-	}
+	adv, err := parseAdvisory(m.Subject(), m.Data())
 	if err != nil {
-		log.Error().Str("error", err.Error()).Msg("dead letter not stored; advisory kept for a retry")
-		_ = m.NakWithDelay(advisoryRetry)
+		n.failed(ctx, m, err, delivered, log)
+		return
+	}
+	log = log.With().Str("consumer", adv.Consumer).Uint64("stream_seq", adv.StreamSeq).Logger()
+	if adv.Stream != b.cfg.Stream.Name {
+		n.failed(ctx, m, errForeignStream, delivered, log)
+		return
+	}
+	r := b.routeNamed(adv.Consumer)
+	if r == nil {
+		n.notOurs(ctx, m, adv, delivered, log)
+		return
+	}
+	log = log.With().Str("route", r.cfg.Name).Uint64("delivered", adv.Deliveries).Logger()
+	if err := b.deadLetterGivenUp(ctx, r, adv); err != nil {
+		n.failed(ctx, m, err, delivered, log)
 		return
 	}
 	log.Warn().Str("reason", ReasonMaxDeliveries).Msg("dead-lettered after JetStream gave up redelivering")
@@ -123,14 +287,65 @@ func (b *Bridge) handleAdvisory(m jetstream.Msg, log zerolog.Logger) {
 		Delivered: adv.Deliveries, Outcome: OutcomeDeadLettered, Reason: ReasonMaxDeliveries, Err: ErrGivenUp})
 }
 
-// isBridgeConsumer reports whether the advisory's consumer is a jetbridge
-// route (its description says so), whether or not this replica runs it.
-func (b *Bridge) isBridgeConsumer(ctx context.Context, adv maxDeliveriesAdvisory) bool {
-	c, err := b.js.Consumer(ctx, adv.Stream, adv.Consumer)
+// notOurs handles an advisory for a consumer this replica does not run: a
+// jetbridge route run by another replica (a rolling deploy added it) is
+// left for that replica; a consumer that no longer exists is a permanent
+// failure; a consumer that is not jetbridge's is none of our business.
+func (n *safetyNet) notOurs(ctx context.Context, m jetstream.Msg, adv maxDeliveriesAdvisory, delivered uint64, log zerolog.Logger) {
+	c, err := n.b.js.Consumer(ctx, adv.Stream, adv.Consumer)
 	if err != nil {
-		return false
+		n.failed(ctx, m, err, delivered, log)
+		return
 	}
-	return strings.HasPrefix(c.CachedInfo().Config.Description, "jetbridge route ")
+	if !strings.HasPrefix(c.CachedInfo().Config.Description, routeDescPrefix) {
+		log.Debug().Msg("MAX_DELIVERIES advisory of a consumer that is not jetbridge's; dropped")
+		_ = m.Ack()
+		return
+	}
+	delay := advisoryBackoff(delivered)
+	if _, seen := n.notRun[adv.Consumer]; !seen {
+		if len(n.notRun) >= maxNotRunLogged {
+			clear(n.notRun)
+		}
+		n.notRun[adv.Consumer] = struct{}{}
+		log.Warn().Dur("retry_in", delay).
+			Msg("MAX_DELIVERIES advisory for a jetbridge route this replica does not run; left for another replica (logged once per consumer)")
+	} else {
+		log.Debug().Dur("retry_in", delay).Msg("MAX_DELIVERIES advisory left for another replica")
+	}
+	_ = m.NakWithDelay(delay)
+}
+
+// failed settles an advisory whose processing failed, as the classifier
+// says: a permanent failure is logged once, counted and acked; a transient
+// one is nak'ed with a growing delay and logged at a falling rate.
+func (n *safetyNet) failed(ctx context.Context, m jetstream.Msg, err error, delivered uint64, log zerolog.Logger) {
+	v := n.classify(err, delivered)
+	if v.Reason != "" {
+		n.b.m.safetyNet.WithLabelValues(v.Reason).Inc()
+		log.Error().Str("reason", v.Reason).Str("error", err.Error()).
+			Msg("safety net: permanent failure, advisory dropped; the message (if any) stays in the source stream at stream_seq")
+		_ = m.DoubleAck(ctx)
+		return
+	}
+	if v.Log {
+		log.Warn().Str("error", err.Error()).Uint64("advisory_deliveries", delivered).Dur("retry_in", v.Delay).
+			Msg("safety net: dead letter not stored yet; advisory kept for a retry")
+	} else {
+		log.Debug().Str("error", err.Error()).Uint64("advisory_deliveries", delivered).Dur("retry_in", v.Delay).
+			Msg("safety net: still failing; advisory kept for a retry")
+	}
+	_ = m.NakWithDelay(v.Delay)
+}
+
+// routeNamed is the route this replica runs under that name, or nil.
+func (b *Bridge) routeNamed(name string) *route {
+	for _, r := range b.routes {
+		if r.cfg.Name == name {
+			return r
+		}
+	}
+	return nil
 }
 
 // deadLetterGivenUp reads the message back from the source stream and

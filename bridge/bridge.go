@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -69,6 +70,10 @@ type Bridge struct {
 	provisionErr atomic.Pointer[error] // the last provisioning error while Run retries
 	faults       faults                // zero in production; see faults.go
 	health       *readiness            // stream and consumer checks for Readiness; see watchdog.go
+	// Set once by newBridge; tests swap them for broken variants before Run
+	// (see deadletter.go and advisory.go).
+	shrinkDeadLetter func(*nats.Msg, dlForm) *nats.Msg
+	classifyAdvisory advisoryClassifier
 }
 
 // New builds a Bridge from a validated configuration. It does no I/O:
@@ -86,6 +91,9 @@ func newBridge(cfg *config.Config, js jetstream.JetStream, opts Options, f fault
 		opts:   opts,
 		log:    opts.Logger,
 		dests:  make(map[string]*destination, len(cfg.Destinations)),
+
+		shrinkDeadLetter: shrinkDeadLetter,
+		classifyAdvisory: classifyAdvisoryFailure,
 	}
 	m, err := newMetrics(opts.Registerer, cfg)
 	if err != nil {

@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,7 +15,7 @@ const (
 	ClassTransport = "transport"
 )
 
-// metrics are the Prometheus series of CONTRACT 5. Their labels carry only
+// metrics are the Prometheus series listed in the README's metrics section. Their labels carry only
 // names from the configuration, outcomes, classes and reasons: never an
 // event id, a payload or a header value.
 type metrics struct {
@@ -24,6 +25,11 @@ type metrics struct {
 	circuit     *prometheus.GaugeVec     // destination
 	inFlight    *prometheus.GaugeVec     // route
 	deadLetters *prometheus.CounterVec   // route, reason
+	// payloadOmitted counts dead letters stored without their payload.
+	payloadOmitted *prometheus.CounterVec // route
+	// safetyNet counts MAX_DELIVERIES advisories given up as permanent
+	// failures (see advisory.go).
+	safetyNet *prometheus.CounterVec // reason
 }
 
 // newMetrics creates the series, registers them with reg (when not nil) and
@@ -56,9 +62,18 @@ func newMetrics(reg prometheus.Registerer, cfg *config.Config) (*metrics, error)
 			Name: "bridge_dead_letters_total",
 			Help: "Dead letters stored, by route and reason (rejected, max-deliveries, invalid-event).",
 		}, []string{"route", "reason"}),
+		payloadOmitted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bridge_dead_letter_payload_omitted_total",
+			Help: "Dead letters stored without their payload because they would exceed the server's max_payload or the dead-letter stream's max_msg_size, by route.",
+		}, []string{"route"}),
+		safetyNet: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bridge_safety_net_failures_total",
+			Help: "MAX_DELIVERIES advisories the safety net gave up on as permanent failures (" + strings.Join(safetyNetReasons, ", ") + "); the message stays in the source stream.",
+		}, []string{"reason"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.messages, m.requests, m.duration, m.circuit, m.inFlight, m.deadLetters} {
+		for _, c := range []prometheus.Collector{m.messages, m.requests, m.duration, m.circuit, m.inFlight, m.deadLetters,
+			m.payloadOmitted, m.safetyNet} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -72,6 +87,10 @@ func newMetrics(reg prometheus.Registerer, cfg *config.Config) (*metrics, error)
 			m.deadLetters.WithLabelValues(r.Name, reason)
 		}
 		m.inFlight.WithLabelValues(r.Name)
+		m.payloadOmitted.WithLabelValues(r.Name)
+	}
+	for _, reason := range safetyNetReasons {
+		m.safetyNet.WithLabelValues(reason)
 	}
 	for name := range cfg.Destinations {
 		for _, c := range []string{"2xx", "3xx", "4xx", "5xx", ClassTransport} {

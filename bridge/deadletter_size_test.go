@@ -1,0 +1,522 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
+
+	"github.com/sotercare/jetbridge/config"
+	"github.com/sotercare/jetbridge/internal/natstest"
+	"github.com/sotercare/jetbridge/internal/sinktest"
+)
+
+// startTweaked is startBridgeOn with tweak applied to the bridge between
+// newBridge and Run: tests swap a function value that production sets
+// once (Bridge.shrinkDeadLetter, Bridge.classifyAdvisory) for a broken
+// variant there. A nil tweak runs the real bridge.
+func startTweaked(t testing.TB, srv *natstest.Server, cfg *config.Config, tweak func(*Bridge)) *harness {
+	t.Helper()
+	nc, js := natstest.Connect(t, srv.URL())
+	h := &harness{t: t, srv: srv, nc: nc, js: js, cfg: cfg, logs: &natstest.Buffer{}, reg: prometheus.NewRegistry()}
+	b, err := newBridge(cfg, js, Options{
+		Registerer: h.reg,
+		Logger:     zerolog.New(h.logs).Level(zerolog.DebugLevel),
+		OnSettle: func(s Settled) {
+			h.mu.Lock()
+			h.settled = append(h.settled, s)
+			h.mu.Unlock()
+		},
+	}, faults{})
+	if err != nil {
+		t.Fatalf("bridge: %v", err)
+	}
+	if tweak != nil {
+		tweak(b)
+	}
+	h.b = b
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	select {
+	case <-b.Ready():
+	case err := <-done:
+		cancel()
+		t.Fatalf("Run: %v", err)
+	}
+	h.stop = sync.OnceFunc(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("Run did not return within 30s of cancel")
+		}
+	})
+	t.Cleanup(func() {
+		h.stop()
+		if t.Failed() || os.Getenv("JETBRIDGE_TEST_LOGS") != "" {
+			t.Logf("bridge logs:\n%s", h.logs.String())
+		}
+	})
+	return h
+}
+
+// noShrink is the broken variant of shrinkDeadLetter: a dead letter is
+// always stored whole, as before payload omission existed.
+func noShrink(full *nats.Msg, _ dlForm) *nats.Msg { return full }
+
+// setDLQMaxMsgSize gives the dead-letter stream its own max_msg_size, as an
+// operator may (the bridge's provisioning would reset it, so tests call this
+// after the bridge is ready).
+func setDLQMaxMsgSize(t testing.TB, js jetstream.JetStream, stream string, n int32) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := s.CachedInfo().Config
+	c.MaxMsgSize = n
+	if _, err := js.UpdateStream(ctx, c); err != nil {
+		t.Fatalf("update %s: %v", stream, err)
+	}
+}
+
+// jsonOfSize is a JSON object of exactly n bytes (n >= 10).
+func jsonOfSize(n int) []byte {
+	return []byte(`{"pad":"` + strings.Repeat("a", n-10) + `"}`)
+}
+
+// logLines counts the lines of the captured log that contain every one of
+// parts.
+func logLines(logs string, parts ...string) int {
+	n := 0
+	for _, line := range strings.Split(logs, "\n") {
+		all := line != ""
+		for _, p := range parts {
+			all = all && strings.Contains(line, p)
+		}
+		if all {
+			n++
+		}
+	}
+	return n
+}
+
+// quietErr is harness.quiet for checks that negative controls run too: it
+// returns an error instead of failing the test.
+func quietErr(h *harness, route string, timeout time.Duration) error {
+	var last error
+	if waitUntil(timeout, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		c, err := h.js.Consumer(ctx, h.cfg.Stream.Name, route)
+		if err != nil {
+			last = err
+			return false
+		}
+		info := c.CachedInfo()
+		last = fmt.Errorf("consumer %s: NumPending=%d NumAckPending=%d", route, info.NumPending, info.NumAckPending)
+		return info.NumPending == 0 && info.NumAckPending == 0
+	}) {
+		return nil
+	}
+	return last
+}
+
+const rejectingRoute = `
+destinations:
+  d:
+    url: %s
+    format: envelope
+routes:
+  - name: r
+    subjects: ["events.>"]
+    destination: d
+`
+
+// A message rejected by its destination (400) whose dead letter would not
+// fit ends as exactly one dead letter in the largest form that fits, and
+// the source message is terminated: near the server's 1 MiB max_payload it
+// goes without its payload (the size is computed before sending); against a
+// dead-letter stream with its own max_msg_size it goes without its payload
+// after the stream refused the whole one (error code 10054); with original
+// headers too large on their own, it keeps only Event-Id, Event-Type,
+// Event-Severity and Content-Type.
+func TestRejectedDeadLetterThatWouldNotFit(t *testing.T) {
+	tests := []struct {
+		name        string
+		payload     func(limit int64) int // payload size from the server's max_payload
+		bigHeader   int                   // size of an X-Big original header; 0: none
+		dlqMax      int32                 // the dead-letter stream's max_msg_size; 0: unlimited
+		wantRefused string                // refused_by in the log line
+		wantMinimal bool                  // original headers dropped too
+	}{
+		{
+			name: "payload and headers just under max_payload",
+			payload: func(limit int64) int {
+				// The source message, with its Nats-Msg-Id and Event-Type, is 8 bytes under the limit.
+				hdr := nats.Header{jetstream.MsgIDHeader: {"e1"}, HeaderEventType: {"big.report"}}
+				return int(limit - msgSize(&nats.Msg{Header: hdr}) - 8)
+			},
+			wantRefused: "max_payload",
+		},
+		{
+			name:        "dead-letter stream max_msg_size",
+			payload:     func(int64) int { return 8 << 10 },
+			dlqMax:      4 << 10,
+			wantRefused: "stream_max_msg_size",
+		},
+		{
+			// JetStream stores at most 64 KiB of headers: the original ones
+			// fit, with the Bridge-* headers added they would not.
+			name:    "original headers just under JetStream's 64 KiB header limit",
+			payload: func(int64) int { return 1 << 10 },
+			bigHeader: func() int {
+				hdr := nats.Header{jetstream.MsgIDHeader: {"e1"}, HeaderEventType: {"big.report"}, "X-Big": {""}}
+				return int(maxHeaderBytes - headerSize(&nats.Msg{Header: hdr}) - 8)
+			}(),
+			wantRefused: "header_size",
+			wantMinimal: true,
+		},
+		{
+			name:        "dead-letter stream max_msg_size below the original headers",
+			payload:     func(int64) int { return 1 << 10 },
+			bigHeader:   20_000,
+			dlqMax:      8 << 10,
+			wantRefused: "stream_max_msg_size",
+			wantMinimal: true,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			check := func(t testing.TB, shrink func(*nats.Msg, dlForm) *nats.Msg) error {
+				sink := sinktest.New(t, sinktest.Always(400))
+				cfg := testConfig(t, rejectingRoute, sink.URL())
+				h := startTweaked(t, natstest.Start(t), cfg, func(b *Bridge) {
+					if shrink != nil {
+						b.shrinkDeadLetter = shrink
+					}
+				})
+				if tc.dlqMax > 0 {
+					setDLQMaxMsgSize(t, h.js, cfg.DeadLetter.Stream, tc.dlqMax)
+				}
+				limit := h.nc.MaxPayload()
+				payload := jsonOfSize(tc.payload(limit))
+				hdr := map[string]string{HeaderEventType: "big.report"}
+				if tc.bigHeader > 0 {
+					hdr["X-Big"] = strings.Repeat("b", tc.bigHeader)
+				}
+				seq := h.publish("events.info.big", "e1", payload, hdr)
+
+				// The first settlement decides: dead-lettered, or (broken)
+				// left for redelivery because the dead letter was not stored.
+				first := h.waitOutcomes(1, settleWait, nil)
+				if len(first) == 0 {
+					return errors.New("the message was never settled")
+				}
+				if first[0].Outcome != OutcomeDeadLettered || first[0].Reason != ReasonRejected {
+					return fmt.Errorf("first settlement %s %s, want dead_lettered rejected", first[0].Outcome, first[0].Reason)
+				}
+				if err := quietErr(h, "r", 10*time.Second); err != nil {
+					return fmt.Errorf("source message not terminated: %w", err)
+				}
+				if out := h.outcomes(); len(out) != 1 {
+					return fmt.Errorf("%d settlements, want 1 (the message was redelivered)", len(out))
+				}
+				if n := sink.Count(); n != 1 {
+					return fmt.Errorf("destination received %d requests, want 1", n)
+				}
+				dl := h.deadLetters()
+				if len(dl) != 1 {
+					return fmt.Errorf("%d dead letters, want exactly 1", len(dl))
+				}
+				d := dl[0]
+				if len(d.Data) != 0 {
+					return fmt.Errorf("dead letter carries %d payload bytes, want none", len(d.Data))
+				}
+				for k, want := range map[string]string{
+					HeaderPayloadOmitted:   strconv.Itoa(len(payload)),
+					HeaderOriginalSequence: strconv.FormatUint(seq, 10),
+					HeaderOriginalStream:   cfg.Stream.Name,
+					HeaderOriginalSubject:  "events.info.big",
+					HeaderReason:           ReasonRejected,
+					HeaderStatus:           "400",
+					HeaderEventID:          "e1",
+					HeaderEventType:        "big.report",
+					jetstream.MsgIDHeader:  DeadLetterMsgID("r", cfg.Stream.Name, seq),
+				} {
+					if got := d.Header.Get(k); got != want {
+						return fmt.Errorf("dead letter %s = %q, want %q", k, got, want)
+					}
+				}
+				if got := d.Header.Get(HeaderHeadersOmitted); tc.wantMinimal != (got == "1") {
+					return fmt.Errorf("%s = %q, want original headers omitted: %t", HeaderHeadersOmitted, got, tc.wantMinimal)
+				}
+				if tc.wantMinimal && d.Header.Get("X-Big") != "" {
+					return errors.New("minimal dead letter kept the X-Big original header")
+				}
+				if !tc.wantMinimal && len(d.Header.Get("X-Big")) != tc.bigHeader {
+					return errors.New("dead letter lost an original header it had room for")
+				}
+				if v := testutil.ToFloat64(h.b.m.payloadOmitted.WithLabelValues("r")); v != 1 {
+					return fmt.Errorf("bridge_dead_letter_payload_omitted_total{route=r} = %v, want 1", v)
+				}
+				if v := testutil.ToFloat64(h.b.m.deadLetters.WithLabelValues("r", ReasonRejected)); v != 1 {
+					return fmt.Errorf("bridge_dead_letters_total{route=r,reason=rejected} = %v, want 1", v)
+				}
+				logs := h.logs.String()
+				if n := logLines(logs, "dead letter too large", `"refused_by":"`+tc.wantRefused+`"`,
+					fmt.Sprintf(`"stream_seq":%d`, seq), fmt.Sprintf(`"payload_bytes":%d`, len(payload)), `"max_payload":`); n != 1 {
+					return fmt.Errorf("%d omission log lines, want 1", n)
+				}
+				if strings.Contains(logs, "bbbbbbbb") || strings.Contains(logs, "aaaaaaaa") {
+					return errors.New("the log carries payload or header bytes")
+				}
+				return nil
+			}
+			if err := check(t, nil); err != nil {
+				t.Fatal(err)
+			}
+			expectBroken(t, "dead letters never shrink", func(t testing.TB) error { return check(t, noShrink) })
+		})
+	}
+}
+
+// A ~1 MiB message JetStream gave up on (its deliveries went unsettled
+// while no bridge ran) is dead-lettered by the safety net without its
+// payload, once.
+func TestGivenUpNearLimitMessageDeadLetteredWithoutPayload(t *testing.T) {
+	check := func(t testing.TB, shrink func(*nats.Msg, dlForm) *nats.Msg) error {
+		sink := sinktest.New(t, sinktest.Always(200))
+		cfg := testConfig(t, maxDeliverRoute, sink.URL(), 2)
+		srv := natstest.Start(t)
+		nc, js := natstest.Connect(t, srv.URL())
+		pre, err := newBridge(cfg, js, Options{}, faults{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		if err := pre.Provision(ctx); err != nil {
+			t.Fatal(err)
+		}
+		hdr := nats.Header{jetstream.MsgIDHeader: {"e1"}}
+		payload := jsonOfSize(int(nc.MaxPayload() - msgSize(&nats.Msg{Header: hdr}) - 8))
+		ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: "events.info.x", Header: hdr, Data: payload})
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaveUnsettled(t, pre.routes[0].consumer(), 3)
+
+		h := startTweaked(t, srv, cfg, func(b *Bridge) {
+			if shrink != nil {
+				b.shrinkDeadLetter = shrink
+			}
+		})
+		// Wait until the safety net handled the advisory, either way.
+		waitUntil(settleWait, func() bool {
+			return len(h.outcomes()) > 0 || logLines(h.logs.String(), `"component":"max-deliveries"`, "safety net:") > 0
+		})
+		out := h.outcomes()
+		if len(out) != 1 || out[0].Outcome != OutcomeDeadLettered || out[0].Reason != ReasonMaxDeliveries {
+			return fmt.Errorf("settlements %+v, want one dead letter max-deliveries", out)
+		}
+		dl := h.deadLetters()
+		if len(dl) != 1 {
+			return fmt.Errorf("%d dead letters, want exactly 1", len(dl))
+		}
+		d := dl[0]
+		if len(d.Data) != 0 || d.Header.Get(HeaderPayloadOmitted) != strconv.Itoa(len(payload)) {
+			return fmt.Errorf("dead letter has %d payload bytes and %s %q, want none and %d",
+				len(d.Data), HeaderPayloadOmitted, d.Header.Get(HeaderPayloadOmitted), len(payload))
+		}
+		if d.Header.Get(HeaderOriginalSequence) != strconv.FormatUint(ack.Sequence, 10) ||
+			d.Header.Get(HeaderReason) != ReasonMaxDeliveries || d.Header.Get(HeaderDeliveries) != "3" {
+			return errors.New("dead letter's Bridge-Original-Sequence, Bridge-Reason or Bridge-Deliveries wrong")
+		}
+		if n := sink.Count(); n != 0 {
+			return fmt.Errorf("destination received %d requests, want 0", n)
+		}
+		if v := testutil.ToFloat64(h.b.m.payloadOmitted.WithLabelValues("r")); v != 1 {
+			return fmt.Errorf("payload-omitted counter = %v, want 1", v)
+		}
+		if v := testutil.ToFloat64(h.b.m.deadLetters.WithLabelValues("r", ReasonMaxDeliveries)); v != 1 {
+			return fmt.Errorf("dead-letter counter = %v, want 1", v)
+		}
+		return nil
+	}
+	if err := check(t, nil); err != nil {
+		t.Fatal(err)
+	}
+	expectBroken(t, "dead letters never shrink", func(t testing.TB) error { return check(t, noShrink) })
+}
+
+// msgSize is exact: against a real server's max_payload, a message padded
+// to msgSize == limit is sent and one byte more is refused by the client.
+func TestMsgSizeMatchesTheClientsCheck(t *testing.T) {
+	headers := []struct {
+		name string
+		h    nats.Header
+	}{
+		{"no header", nil},
+		{"one header", nats.Header{"Event-Id": {"e1"}}},
+		{"values trimmed by the encoder", nats.Header{"Event-Type": {"  spaced  "}, "X-Tab": {"\tv\t"}}},
+		{"several values and keys", nats.Header{"X-Multi": {"a", "bb", "ccc"}, "Nats-Msg-Id": {"dlq:r:EVENTS:1"}, "Bridge-Reason": {"rejected"}}},
+		{"empty value", nats.Header{"X-Empty": {""}}},
+	}
+	srv := natstest.Start(t)
+	nc, _ := natstest.Connect(t, srv.URL())
+	limit := nc.MaxPayload()
+	check := func(t testing.TB, size func(*nats.Msg) int64) error {
+		for _, tc := range headers {
+			m := &nats.Msg{Subject: "size.check", Header: tc.h}
+			m.Data = make([]byte, limit-size(m))
+			if err := nc.PublishMsg(m); err != nil {
+				return fmt.Errorf("%s: message of computed size %d refused: %v", tc.name, limit, err)
+			}
+			m.Data = append(m.Data, 'x')
+			if err := nc.PublishMsg(m); !errors.Is(err, nats.ErrMaxPayload) {
+				return fmt.Errorf("%s: one byte over the computed limit: %v, want nats.ErrMaxPayload", tc.name, err)
+			}
+		}
+		return nil
+	}
+	// JetStream's header limit: headers of exactly maxHeaderBytes are
+	// stored, one byte more is refused with error code 10097.
+	_, js := natstest.Connect(t, srv.URL())
+	ctx := context.Background()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "SIZE", Subjects: []string{"size.>"}, Storage: jetstream.MemoryStorage}); err != nil {
+		t.Fatal(err)
+	}
+	checkHeaders := func(t testing.TB, size func(*nats.Msg) int64) error {
+		m := &nats.Msg{Subject: "size.hdr", Header: nats.Header{"X-Big": {""}}}
+		m.Header.Set("X-Big", strings.Repeat("h", int(maxHeaderBytes-size(m))))
+		if _, err := js.PublishMsg(ctx, m); err != nil {
+			return fmt.Errorf("headers of computed size %d refused: %v", maxHeaderBytes, err)
+		}
+		m.Header.Set("X-Big", m.Header.Get("X-Big")+"h")
+		if _, err := js.PublishMsg(ctx, m); err == nil {
+			return fmt.Errorf("headers one byte over %d stored", maxHeaderBytes)
+		} else if why, _ := tooLarge(err); why != "header_size" {
+			return fmt.Errorf("headers one byte over the limit: %v, want error code 10097", err)
+		}
+		return nil
+	}
+	unframed := func(m *nats.Msg) int64 {
+		n := int64(len(m.Data))
+		for k, vs := range m.Header {
+			for _, v := range vs {
+				n += int64(len(k) + len(v))
+			}
+		}
+		return n
+	}
+	if err := check(t, msgSize); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkHeaders(t, headerSize); err != nil {
+		t.Fatal(err)
+	}
+	expectBroken(t, "headers counted without their framing", func(t testing.TB) error { return check(t, unframed) })
+	expectBroken(t, "header limit without framing", func(t testing.TB) error { return checkHeaders(t, unframed) })
+}
+
+func TestShrinkDeadLetter(t *testing.T) {
+	full := &nats.Msg{
+		Subject: "dlq.r.events.info.x",
+		Data:    jsonOfSize(1000),
+		Header: nats.Header{
+			HeaderEventID:                  {"e1"},
+			HeaderEventType:                {"t"},
+			"event-severity":               {"INFO"}, // a producer's own spelling is kept too
+			HeaderContentType:              {"application/json"},
+			"X-Big":                        {"bbbb"},
+			"Event-Meta-Patient":           {"p1"},
+			jetstream.MsgIDHeader:          {"dlq:r:EVENTS:7"},
+			jetstream.ExpectedStreamHeader: {"EVENTS_DLQ"},
+			HeaderReason:                   {ReasonRejected},
+			HeaderOriginalSequence:         {"7"},
+		},
+	}
+	tests := []struct {
+		form        dlForm
+		wantData    string
+		wantKeys    []string
+		wantAbsent  []string
+		wantOmitted string // Bridge-Payload-Omitted
+		wantHeaders string // Bridge-Headers-Omitted
+	}{
+		{dlFull, string(jsonOfSize(1000)), []string{"X-Big", HeaderReason}, []string{HeaderPayloadOmitted, HeaderHeadersOmitted}, "", ""},
+		{dlNoPayload, "", []string{"X-Big", "Event-Meta-Patient", HeaderReason, jetstream.MsgIDHeader}, []string{HeaderHeadersOmitted}, "1000", ""},
+		{dlMinimal, "", []string{HeaderEventID, HeaderEventType, "event-severity", HeaderContentType, jetstream.MsgIDHeader,
+			jetstream.ExpectedStreamHeader, HeaderReason, HeaderOriginalSequence}, []string{"X-Big", "Event-Meta-Patient"}, "1000", "2"},
+	}
+	for _, tc := range tests {
+		t.Run(strconv.Itoa(int(tc.form)), func(t *testing.T) {
+			m := shrinkDeadLetter(full, tc.form)
+			if string(m.Data) != tc.wantData || m.Subject != full.Subject {
+				t.Errorf("data %q subject %q, want %q %q", m.Data, m.Subject, tc.wantData, full.Subject)
+			}
+			for _, k := range tc.wantKeys {
+				if len(m.Header[k]) == 0 || m.Header[k][0] != full.Header[k][0] {
+					t.Errorf("header %s = %v, want %v", k, m.Header[k], full.Header[k])
+				}
+			}
+			for _, k := range tc.wantAbsent {
+				if _, ok := m.Header[k]; ok {
+					t.Errorf("header %s present, want absent", k)
+				}
+			}
+			if tc.wantOmitted != "" && m.Header.Get(HeaderPayloadOmitted) != tc.wantOmitted {
+				t.Errorf("%s = %q, want %q", HeaderPayloadOmitted, m.Header.Get(HeaderPayloadOmitted), tc.wantOmitted)
+			}
+			if tc.wantHeaders != "" && m.Header.Get(HeaderHeadersOmitted) != tc.wantHeaders {
+				t.Errorf("%s = %q, want %q", HeaderHeadersOmitted, m.Header.Get(HeaderHeadersOmitted), tc.wantHeaders)
+			}
+			if tc.form > dlFull && msgSize(m) >= msgSize(full) {
+				t.Errorf("form %d is %d bytes, not smaller than the full %d", tc.form, msgSize(m), msgSize(full))
+			}
+		})
+	}
+	if full.Header.Get(HeaderPayloadOmitted) != "" || len(full.Data) != 1000 {
+		t.Error("shrinkDeadLetter changed the full dead letter")
+	}
+}
+
+func TestTooLarge(t *testing.T) {
+	tests := []struct {
+		err  error
+		want string
+	}{
+		{nats.ErrMaxPayload, "max_payload"},
+		{fmt.Errorf("wrapped: %w", nats.ErrMaxPayload), "max_payload"},
+		{fmt.Errorf("nats: %w", &jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamMessageExceedsMaximum}), "stream_max_msg_size"},
+		{nats.ErrBadHeaderMsg, "header_format"},
+		{fmt.Errorf("nats: %w", &jetstream.APIError{Code: 400, ErrorCode: errCodeHeaderTooLarge}), "header_size"},
+		{nats.ErrTimeout, ""},
+		{context.DeadlineExceeded, ""},
+		{jetstream.ErrNoStreamResponse, ""},
+		{fmt.Errorf("nats: %w", &jetstream.APIError{Code: 503, ErrorCode: jetstream.JSErrCodeJetStreamNotEnabled}), ""},
+	}
+	for _, tc := range tests {
+		why, ok := tooLarge(tc.err)
+		if why != tc.want || ok != (tc.want != "") {
+			t.Errorf("tooLarge(%v) = %q %t, want %q", tc.err, why, ok, tc.want)
+		}
+	}
+}
