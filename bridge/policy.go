@@ -48,6 +48,7 @@ const (
 	kindHeadersTooLarge = "response headers too large"
 	kindTLSUntrusted    = "tls certificate not trusted"
 	kindTLSHandshake    = "tls handshake failed"
+	kindHTTP2Protocol   = "http/2 protocol error"
 )
 
 // halfOpenPoll is how often a held message looks for a free half-open
@@ -380,6 +381,10 @@ func transportError(dest string, err error) *TransportError {
 		kind = kindTLSHandshake
 	case headersTooLarge(err):
 		kind = kindHeadersTooLarge
+	case strings.HasPrefix(err.Error(), "connection error: "):
+		// net/http's HTTP/2 connection errors (untyped), e.g. a header
+		// list far over the cap, which HTTP/2 cuts off this way.
+		kind = kindHTTP2Protocol
 	}
 	return &TransportError{Destination: dest, Kind: kind, Err: err}
 }
