@@ -28,8 +28,8 @@ import (
 // is PEM in a t.TempDir().
 type testPKI struct {
 	caFile, certFile, keyFile string // CA; client certificate and key
-	pool                          *x509.CertPool
-	server                        tls.Certificate
+	pool                      *x509.CertPool
+	server                    tls.Certificate
 }
 
 func newTestPKI(t testing.TB) *testPKI {
