@@ -13,6 +13,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -30,6 +31,25 @@ import (
 // maxResponseDrain bounds how much of a response body is read (and thrown
 // away) so that the connection can be reused. Bodies are never kept.
 const maxResponseDrain = 64 << 10
+
+// maxResponseHeaderBytes bounds the status line and header section of a
+// destination's response (net/http's default is 10 MiB per response, per
+// connection in flight). A response whose headers are longer is abandoned:
+// the try is a TransportError of kind kindHeadersTooLarge, never a
+// delivery. See the README's Security section.
+const maxResponseHeaderBytes = 64 << 10
+
+// maxRetryAfterLen bounds the Retry-After value that is parsed; a longer
+// one is ignored (the longest valid HTTP-date is 29 bytes).
+const maxRetryAfterLen = 64
+
+// Transport error kinds that tests and operators match on.
+const (
+	kindHeadersTooLarge = "response headers too large"
+	kindTLSUntrusted    = "tls certificate not trusted"
+	kindTLSHandshake    = "tls handshake failed"
+	kindHTTP2Protocol   = "http/2 protocol error"
+)
 
 // halfOpenPoll is how often a held message looks for a free half-open
 // permit while probes are running.
@@ -130,12 +150,8 @@ func newDestination(cfg *config.Destination, log zerolog.Logger, onState func(de
 	if err != nil {
 		return nil, fmt.Errorf("bridge: destination %s: %w", cfg.Name, err)
 	}
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.Proxy = nil // destinations come from the config only
-	tr.TLSClientConfig = tlsConf
-	tr.MaxIdleConnsPerHost = 64
 	d.client = &http.Client{
-		Transport: tr,
+		Transport: destinationTransport(tlsConf, maxResponseHeaderBytes),
 		CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse // a 3xx is an answer, never followed
 		},
@@ -229,6 +245,19 @@ func (d *destination) transition(from, to BreakerState, onState func(dest string
 			onState(d.name, t[0], t[1])
 		}
 	}
+}
+
+// destinationTransport builds the HTTP transport of one destination:
+// no proxy (destinations come from the config only), its TLS settings, and
+// at most maxHeaderBytes of response headers (0 would mean net/http's
+// 10 MiB; production always passes maxResponseHeaderBytes).
+func destinationTransport(tlsConf *tls.Config, maxHeaderBytes int64) *http.Transport {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.Proxy = nil
+	tr.TLSClientConfig = tlsConf
+	tr.MaxIdleConnsPerHost = 64
+	tr.MaxResponseHeaderBytes = maxHeaderBytes
+	return tr
 }
 
 // isTransport reports whether err means no HTTP response was obtained.
@@ -346,10 +375,36 @@ func transportError(dest string, err error) *TransportError {
 		kind = "connection closed without a response"
 	case errors.As(err, &dnsErr):
 		kind = "name resolution failed"
-	case errors.As(err, &certErr), errors.As(err, &uaErr), errors.As(err, &hostErr), errors.As(err, &recErr):
-		kind = "tls handshake failed"
+	case errors.As(err, &certErr), errors.As(err, &uaErr), errors.As(err, &hostErr):
+		kind = kindTLSUntrusted
+	case errors.As(err, &recErr), isTLSAlert(err):
+		kind = kindTLSHandshake
+	case headersTooLarge(err):
+		kind = kindHeadersTooLarge
+	case strings.HasPrefix(err.Error(), "connection error: "):
+		// net/http's HTTP/2 connection errors (untyped), e.g. a header
+		// list far over the cap, which HTTP/2 cuts off this way.
+		kind = kindHTTP2Protocol
 	}
 	return &TransportError{Destination: dest, Kind: kind, Err: err}
+}
+
+// headersTooLarge reports whether err is net/http refusing a response
+// whose headers exceed the transport's MaxResponseHeaderBytes. net/http
+// gives no typed error for it, so its messages are matched: HTTP/1
+// ("server response headers exceeded N bytes") and HTTP/2 ("response
+// header list larger than advertised limit").
+func headersTooLarge(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "server response headers exceeded") ||
+		strings.Contains(msg, "response header list larger than")
+}
+
+// isTLSAlert reports whether err is a TLS alert sent by the destination,
+// such as "certificate required" when it wants a client certificate.
+func isTLSAlert(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "remote error"
 }
 
 // parseRetryAfter reads Retry-After as delay-seconds or an HTTP-date. A
@@ -357,7 +412,7 @@ func transportError(dest string, err error) *TransportError {
 // skewed destination clock does not distort it. Invalid or past values
 // give 0.
 func parseRetryAfter(v, date string, now time.Time) time.Duration {
-	if v == "" {
+	if v == "" || len(v) > maxRetryAfterLen {
 		return 0
 	}
 	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {

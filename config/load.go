@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"regexp"
 	"slices"
@@ -14,15 +15,102 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
+// MaxFileSize bounds a configuration file. A real one is a few KiB.
+const MaxFileSize = 4 << 20
+
+// Errors of LoadFile about the file itself (not its content). Match them
+// with errors.Is; the message names the file.
+var (
+	// ErrFileTooLarge: the file is larger than MaxFileSize.
+	ErrFileTooLarge = errors.New("larger than the 4 MiB limit")
+	// ErrNotRegularFile: the path is a directory, a device, a socket or
+	// anything else that is neither a regular file nor a named pipe.
+	ErrNotRegularFile = errors.New("not a regular file or named pipe")
+)
+
 // LoadFile reads the file at path and loads it with Load, using path as the
 // source name in error messages. A file that cannot be read gives the
-// *fs.PathError from os.ReadFile.
+// *fs.PathError from the operating system.
+//
+// The file must be a regular file or a named pipe (so that /dev/stdin and
+// process substitution work; a pipe is read until its writer closes it, so
+// LoadFile blocks while a pipe has no writer). Directories, devices such as
+// /dev/zero and sockets are refused with ErrNotRegularFile, and more than
+// MaxFileSize bytes with ErrFileTooLarge, before anything is parsed. See
+// the README's Security section.
 func LoadFile(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := readBounded(path, MaxFileSize, configFileMode)
 	if err != nil {
 		return nil, err
 	}
 	return Load(data, path)
+}
+
+// configFileMode reports whether a file of mode m may be read as a
+// configuration file: a regular file or a named pipe.
+func configFileMode(m fs.FileMode) bool {
+	return m.IsRegular() || m.Type() == fs.ModeNamedPipe
+}
+
+// readBounded reads at most limit bytes from the file at path, whose mode
+// (checked before it is opened, and again once open) must satisfy allowed.
+// Reading stops at limit+1 bytes, so a pipe or a growing file cannot
+// exceed it either.
+func readBounded(path string, limit int64, allowed func(fs.FileMode) bool) ([]byte, error) {
+	check := func(fi fs.FileInfo) error {
+		if !allowed(fi.Mode()) {
+			return fmt.Errorf("config file %s: %s, %w", path, describeMode(fi.Mode()), ErrNotRegularFile)
+		}
+		if fi.Mode().IsRegular() && fi.Size() > limit {
+			return fmt.Errorf("config file %s: %d bytes, %w", path, fi.Size(), ErrFileTooLarge)
+		}
+		return nil
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := check(fi); err != nil {
+		return nil, err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if fi, err = f.Stat(); err != nil {
+		return nil, err
+	}
+	if err := check(fi); err != nil { // replaced since the first look
+		return nil, err
+	}
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("config file %s: more than %d bytes, %w", path, limit, ErrFileTooLarge)
+	}
+	return data, nil
+}
+
+// describeMode names the kind of file of m.
+func describeMode(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeCharDevice != 0:
+		return "a character device"
+	case m&fs.ModeDevice != 0:
+		return "a block device"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m.IsRegular():
+		return "a regular file"
+	}
+	return "an irregular file"
 }
 
 // Load expands environment variables in data, decodes it strictly over the

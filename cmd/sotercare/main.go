@@ -19,7 +19,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
@@ -46,6 +45,12 @@ func main() {
 
 // run serves until ctx ends and returns the exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return runWith(ctx, args, stdout, stderr, sotercare.DefaultServerLimits)
+}
+
+// runWith is run with the HTTP server limits that limits gives for the
+// publish timeout.
+func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, limits func(publishTimeout time.Duration) sotercare.ServerLimits) int {
 	fs := flag.NewFlagSet("sotercare", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	defaultURL := os.Getenv("NATS_URL")
@@ -79,14 +84,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	log := newLogger(*logFormat, stdout)
-	if err := serve(ctx, *listen, *natsURL, *root, *timeout, log); err != nil {
+	if err := serve(ctx, *listen, *natsURL, *root, *timeout, limits(*timeout), log); err != nil {
 		fmt.Fprintln(stderr, "sotercare: "+err.Error())
 		return 1
 	}
 	return 0
 }
 
-func serve(ctx context.Context, listen, natsURL, root string, timeout time.Duration, log zerolog.Logger) error {
+func serve(ctx context.Context, listen, natsURL, root string, timeout time.Duration, limits sotercare.ServerLimits, log zerolog.Logger) error {
 	nc, err := nats.Connect(natsURL,
 		nats.Name("sotercare"),
 		nats.RetryOnFailedConnect(true), // start without NATS; readings get 503 until it is there
@@ -121,7 +126,8 @@ func serve(ctx context.Context, listen, natsURL, root string, timeout time.Durat
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	// Slow or idle clients are cut off (see the README's Security section).
+	srv := sotercare.NewServer(h, limits)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	log.Info().Str("addr", ln.Addr().String()).Str("nats", redact(natsURL)).Str("root", root).

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sotercare/jetbridge/internal/natstest"
+	"github.com/sotercare/jetbridge/internal/sotercare"
 )
 
 // service is one in-process run of the command.
@@ -30,12 +31,18 @@ type service struct {
 // logs) until the test ends, and waits until it listens.
 func start(t *testing.T, args ...string) *service {
 	t.Helper()
+	return startWith(t, sotercare.DefaultServerLimits, args...)
+}
+
+// startWith is start with the HTTP server limits given by limits.
+func startWith(t *testing.T, limits func(time.Duration) sotercare.ServerLimits, args ...string) *service {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	out := &natstest.Buffer{}
 	var stderr natstest.Buffer
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, append([]string{"--listen", "127.0.0.1:0", "--log-format", "json", "--publish-timeout", "1s"}, args...), out, &stderr)
+		done <- runWith(ctx, append([]string{"--listen", "127.0.0.1:0", "--log-format", "json", "--publish-timeout", "1s"}, args...), out, &stderr, limits)
 	}()
 	s := &service{stdout: out}
 	s.stop = sync.OnceValue(func() int {
@@ -149,6 +156,49 @@ func TestServeWithoutNATS(t *testing.T) {
 	if code := s.stop(); code != 0 {
 		t.Fatalf("exit code %d, want 0", code)
 	}
+}
+
+// headersRefused checks that the service answers 431 to a request with
+// 32 KiB of headers (over DefaultServerLimits' 16 KiB).
+func headersRefused(s *service) error {
+	req, err := http.NewRequest(http.MethodGet, "http://"+s.addr+"/api/v1/health", nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("X-Big", strings.Repeat("h", 32<<10))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		return fmt.Errorf("32 KiB of headers: %d, want 431", resp.StatusCode)
+	}
+	return nil
+}
+
+// The command serves with sotercare.DefaultServerLimits (each limit is
+// triggered for real in internal/sotercare's TestServerLimits); here the
+// header size bound shows they are applied. The negative control runs the
+// command with no limits at all.
+func TestServeAppliesServerLimits(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nowhere := "nats://" + l.Addr().String()
+	l.Close()
+	if err := headersRefused(start(t, "--nats-url", nowhere)); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("negative control: no limits", func(t *testing.T) {
+		none := func(time.Duration) sotercare.ServerLimits { return sotercare.ServerLimits{} }
+		if err := headersRefused(startWith(t, none, "--nats-url", nowhere)); err == nil {
+			t.Fatal("the check passed against a server without limits")
+		} else {
+			t.Logf("caught, as it should: %v", err)
+		}
+	})
 }
 
 func TestUsage(t *testing.T) {

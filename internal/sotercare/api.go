@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"reflect"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
@@ -57,10 +58,15 @@ type APIError struct {
 //	                     same eventId)
 //	GET  /api/v1/health  200 {"status":"UP"}
 func NewHandler(p *bridge.Publisher, opts Options) http.Handler {
+	return newHandler(p, opts, decodeReading)
+}
+
+// newHandler is NewHandler reading request bodies with decode.
+func newHandler(p *bridge.Publisher, opts Options, decode func(io.Reader) (Reading, error)) http.Handler {
 	if opts.PublishTimeout <= 0 {
 		opts.PublishTimeout = DefaultPublishTimeout
 	}
-	a := &api{p: p, opts: opts}
+	a := &api{p: p, opts: opts, decode: decode}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /api/v1/events", a.postEvent)
 	mux.HandleFunc("GET /api/v1/health", func(w http.ResponseWriter, _ *http.Request) {
@@ -70,8 +76,9 @@ func NewHandler(p *bridge.Publisher, opts Options) http.Handler {
 }
 
 type api struct {
-	p    *bridge.Publisher
-	opts Options
+	p      *bridge.Publisher
+	opts   Options
+	decode func(io.Reader) (Reading, error) // decodeReading
 }
 
 func (a *api) postEvent(w http.ResponseWriter, r *http.Request) {
@@ -82,7 +89,7 @@ func (a *api) postEvent(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set(CorrelationHeader, cid)
 	log := a.opts.Logger.With().Str("correlation_id", cid).Logger()
 
-	reading, err := decodeReading(http.MaxBytesReader(w, r.Body, maxBody))
+	reading, err := a.decode(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {
 		log.Info().Int("status", http.StatusBadRequest).Str("error", err.Error()).Msg("event refused")
 		writeJSON(w, http.StatusBadRequest, APIError{Code: CodeInvalidEvent, Message: err.Error()})
@@ -110,14 +117,17 @@ func (a *api) postEvent(w http.ResponseWriter, r *http.Request) {
 }
 
 // wireReading is a Reading as decoded, so that a missing field is told
-// apart from a zero one.
+// apart from a zero one. The ids are kept raw: encoding/json replaces
+// invalid UTF-8 (and lone surrogate escapes such as "\udc80") with U+FFFD,
+// so two different ids could decode to the same key. rawID checks them
+// before they are decoded.
 type wireReading struct {
-	EventID   *string  `json:"eventId"`
-	DeviceID  *string  `json:"deviceId"`
-	EventType *string  `json:"eventType"`
-	Value     *float64 `json:"value"`
-	Unit      *string  `json:"unit"`
-	Timestamp *int64   `json:"timestamp"`
+	EventID   *json.RawMessage `json:"eventId"`
+	DeviceID  *json.RawMessage `json:"deviceId"`
+	EventType *string          `json:"eventType"`
+	Value     *float64         `json:"value"`
+	Unit      *string          `json:"unit"`
+	Timestamp *int64           `json:"timestamp"`
 }
 
 // decodeReading reads one JSON object. Its errors are *InvalidError and
@@ -150,10 +160,90 @@ func decodeReading(body io.Reader) (Reading, error) {
 			return Reading{}, invalid(f.name, "is required")
 		}
 	}
+	eventID, err := rawID("eventId", *w.EventID)
+	if err != nil {
+		return Reading{}, err
+	}
+	deviceID, err := rawID("deviceId", *w.DeviceID)
+	if err != nil {
+		return Reading{}, err
+	}
 	return Reading{
-		EventID: *w.EventID, DeviceID: *w.DeviceID, EventType: *w.EventType,
+		EventID: eventID, DeviceID: deviceID, EventType: *w.EventType,
 		Value: *w.Value, Unit: *w.Unit, Timestamp: *w.Timestamp,
 	}, nil
+}
+
+// rawID decodes the JSON string raw of an id field, refusing what
+// encoding/json would silently rewrite: invalid UTF-8 bytes, and \u
+// escapes of lone surrogates.
+func rawID(field string, raw json.RawMessage) (string, error) {
+	if len(raw) < 2 || raw[0] != '"' {
+		return "", invalid(field, "must be a string")
+	}
+	if !utf8.Valid(raw) || hasLoneSurrogate(raw) {
+		return "", invalid(field, "must be valid UTF-8")
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", invalid(field, "must be a string")
+	}
+	return s, nil // its length is checked by Classify
+}
+
+// hasLoneSurrogate reports whether the JSON string raw (quotes included,
+// already scanned as valid JSON) has a \u escape of a UTF-16 surrogate
+// that is not part of a high-low pair.
+func hasLoneSurrogate(raw []byte) bool {
+	for i := 1; i < len(raw)-1; i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		i++ // the escaped character
+		if raw[i] != 'u' {
+			continue
+		}
+		r, ok := hex4(raw[i+1:])
+		if !ok {
+			return true // cannot happen after a successful decode
+		}
+		i += 4
+		switch {
+		case r >= 0xDC00 && r <= 0xDFFF:
+			return true // a low surrogate with no high one before it
+		case r >= 0xD800 && r <= 0xDBFF:
+			if i+6 >= len(raw) || raw[i+1] != '\\' || raw[i+2] != 'u' {
+				return true
+			}
+			lo, ok := hex4(raw[i+3:])
+			if !ok || lo < 0xDC00 || lo > 0xDFFF {
+				return true
+			}
+			i += 6
+		}
+	}
+	return false
+}
+
+// hex4 reads four hex digits.
+func hex4(b []byte) (rune, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
 }
 
 // malformed describes a JSON decoding error without quoting the input.

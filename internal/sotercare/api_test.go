@@ -26,6 +26,12 @@ type apiEnv struct {
 
 func startAPI(t *testing.T, withStream bool) *apiEnv {
 	t.Helper()
+	return startAPIDecoding(t, withStream, decodeReading)
+}
+
+// startAPIDecoding is startAPI with the handler reading bodies with decode.
+func startAPIDecoding(t *testing.T, withStream bool, decode func(io.Reader) (Reading, error)) *apiEnv {
+	t.Helper()
 	srv := natstest.Start(t)
 	_, js := natstest.Connect(t, srv.URL(), nats.ReconnectBufSize(-1))
 	if withStream {
@@ -37,7 +43,7 @@ func startAPI(t *testing.T, withStream bool) *apiEnv {
 			t.Fatal(err)
 		}
 	}
-	h := NewHandler(bridge.NewPublisher(js, "events"), Options{PublishTimeout: 2 * time.Second})
+	h := newHandler(bridge.NewPublisher(js, "events"), Options{PublishTimeout: 2 * time.Second}, decode)
 	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
 	return &apiEnv{url: hs.URL, js: js}

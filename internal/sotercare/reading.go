@@ -72,6 +72,7 @@ type Classification struct {
 const (
 	MinIDLen       = 4   // eventId, characters
 	MinDeviceIDLen = 3   // deviceId, characters
+	MaxIDLen       = 128 // eventId and deviceId, bytes of UTF-8
 	MinBPM         = 30  // vitals outside [MinBPM, MaxBPM] are invalid
 	MaxBPM         = 240 //
 	LowBPM         = 50  // below: high, caregiver
@@ -100,8 +101,9 @@ func invalid(field, format string, args ...any) error {
 
 // Classify validates r and decides its care severity and route:
 //
-//   - eventId at least 4 characters, deviceId at least 3, neither with
-//     whitespace or control characters; timestamp positive;
+//   - eventId at least 4 characters, deviceId at least 3, both valid
+//     UTF-8 of at most 128 bytes, neither with whitespace or control
+//     characters; timestamp positive;
 //   - fall: unit boolean, value 0 or 1. 1 is critical (caregiver), 0 normal
 //     (event log);
 //   - vitals: unit bpm, value 30..240. Below 50 or above 120 is high
@@ -112,10 +114,15 @@ func invalid(field, format string, args ...any) error {
 //
 // The error is an *InvalidError (errors.Is ErrInvalidReading).
 func Classify(r Reading) (Classification, error) {
-	if err := checkID("eventId", r.EventID, MinIDLen); err != nil {
+	return classify(r, MaxIDLen)
+}
+
+// classify is Classify with ids of at most maxIDLen bytes.
+func classify(r Reading, maxIDLen int) (Classification, error) {
+	if err := checkID("eventId", r.EventID, MinIDLen, maxIDLen); err != nil {
 		return Classification{}, err
 	}
-	if err := checkID("deviceId", r.DeviceID, MinDeviceIDLen); err != nil {
+	if err := checkID("deviceId", r.DeviceID, MinDeviceIDLen, maxIDLen); err != nil {
 		return Classification{}, err
 	}
 	if r.Timestamp <= 0 {
@@ -161,12 +168,15 @@ func Classify(r Reading) (Classification, error) {
 	return Classification{}, invalid("eventType", "unsupported; use fall, vitals or moisture")
 }
 
-func checkID(field, id string, minLen int) error {
+func checkID(field, id string, minLen, maxLen int) error {
 	if n := utf8.RuneCountInString(id); n < minLen {
 		return invalid(field, "must be at least %d characters", minLen)
 	}
 	if !utf8.ValidString(id) {
 		return invalid(field, "must be valid UTF-8")
+	}
+	if len(id) > maxLen {
+		return invalid(field, "must be at most %d bytes", maxLen)
 	}
 	for _, c := range id {
 		if unicode.IsSpace(c) || unicode.IsControl(c) {
