@@ -1,26 +1,18 @@
 package bridge
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"log"
-	"math/big"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
-	"time"
+
+	"github.com/sotercare/jetbridge/internal/natstest"
 )
 
 // testPKI is a certificate authority made at test time, with a server
@@ -35,73 +27,16 @@ type testPKI struct {
 func newTestPKI(t testing.TB) *testPKI {
 	t.Helper()
 	dir := t.TempDir()
-	now := time.Now()
-	caKey := newKey(t)
-	caTmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "jetbridge test CA"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, caKey.Public(), caKey)
+	ca := natstest.NewCA(t, dir, "ca")
+	p := &testPKI{caFile: ca.File(), pool: ca.Pool()}
+	srvCert, srvKey := ca.Issue(t, dir, "server", false)
+	server, err := tls.LoadX509KeyPair(srvCert, srvKey)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &testPKI{caFile: filepath.Join(dir, "ca.pem"), pool: x509.NewCertPool()}
-	p.pool.AddCert(ca)
-	writePEM(t, p.caFile, "CERTIFICATE", caDER)
-
-	issue := func(serial int64, cn string, usage x509.ExtKeyUsage, ips []net.IP) ([]byte, *ecdsa.PrivateKey) {
-		key := newKey(t)
-		der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
-			SerialNumber: big.NewInt(serial),
-			Subject:      pkix.Name{CommonName: cn},
-			NotBefore:    now.Add(-time.Hour),
-			NotAfter:     now.Add(time.Hour),
-			KeyUsage:     x509.KeyUsageDigitalSignature,
-			ExtKeyUsage:  []x509.ExtKeyUsage{usage},
-			IPAddresses:  ips,
-		}, ca, key.Public(), caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return der, key
-	}
-	srvDER, srvKey := issue(2, "127.0.0.1", x509.ExtKeyUsageServerAuth, []net.IP{net.IPv4(127, 0, 0, 1)})
-	p.server = tls.Certificate{Certificate: [][]byte{srvDER}, PrivateKey: srvKey}
-
-	cliDER, cliKey := issue(3, "jetbridge", x509.ExtKeyUsageClientAuth, nil)
-	p.certFile, p.keyFile = filepath.Join(dir, "client.pem"), filepath.Join(dir, "client-key.pem")
-	writePEM(t, p.certFile, "CERTIFICATE", cliDER)
-	keyDER, err := x509.MarshalECPrivateKey(cliKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writePEM(t, p.keyFile, "EC PRIVATE KEY", keyDER)
+	p.server = server
+	p.certFile, p.keyFile = ca.Issue(t, dir, "client", true)
 	return p
-}
-
-func newKey(t testing.TB) *ecdsa.PrivateKey {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
-
-func writePEM(t testing.TB, path, typ string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // tlsSink is an HTTPS destination on 127.0.0.1 serving the PKI's server

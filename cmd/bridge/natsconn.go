@@ -213,7 +213,7 @@ func natsOptions(nc config.NATS, log zerolog.Logger, closing *atomic.Bool) ([]na
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) {
 			asyncErrs.reset()
-			log.Info().Str("server", redactedServer(c.ConnectedUrlRedacted())).Msg("reconnected to NATS")
+			log.Info().Str("server", config.Secret(c.ConnectedUrlRedacted()).RedactedURL()).Msg("reconnected to NATS")
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			if closing.Load() || err == nil {
@@ -263,15 +263,6 @@ func natsOptions(nc config.NATS, log zerolog.Logger, closing *atomic.Bool) ([]na
 		opts = append(opts, nats.ClientCert(t.CertFile, t.KeyFile))
 	}
 	return opts, nil
-}
-
-// redactedServer drops anything but scheme and host from a server URL.
-func redactedServer(s string) string {
-	u, err := url.Parse(s)
-	if err != nil || u.Host == "" {
-		return ""
-	}
-	return u.Scheme + "://" + u.Host
 }
 
 // fallingRate lets the 1st, 2nd, 4th, 8th... occurrence of the same error

@@ -61,8 +61,8 @@ type Creds struct {
 	Secrets []string
 
 	// What a server must have to accept these credentials.
-	ca         *certAuthority // TLS: signs the server's certificate; mutual TLS: the client's
-	account    nkeys.KeyPair  // JWT: the user's account
+	ca         *CA           // TLS: signs the server's certificate; mutual TLS: the client's
+	account    nkeys.KeyPair // JWT: the user's account
 	accountJWT string
 }
 
@@ -133,7 +133,7 @@ type AuthServer struct {
 
 	// Key material of the server: its CA (TLS), the operator and the
 	// system account (JWT).
-	ca       *certAuthority
+	ca       *CA
 	operator nkeys.KeyPair
 	opJWT    *jwt.OperatorClaims
 	sysAcc   nkeys.KeyPair
@@ -173,7 +173,7 @@ func StartAuth(t testing.TB, method AuthMethod) *AuthServer {
 	s := &AuthServer{method: method, dir: t.TempDir(), store: t.TempDir(), addr: "127.0.0.1:0"}
 	switch method {
 	case AuthTLS, AuthMutualTLS:
-		s.ca = newCA(t, s.dir, "ca")
+		s.ca = NewCA(t, s.dir, "ca")
 	case AuthJWT:
 		s.initOperator(t)
 	case AuthToken, AuthUserPassword, AuthNKey:
@@ -239,16 +239,16 @@ func (s *AuthServer) NewCreds(t testing.TB) Creds {
 	case AuthTLS:
 		c.ca = s.ca
 		if n > 1 {
-			c.ca = newCA(t, s.dir, fmt.Sprintf("other-ca-%d", n))
+			c.ca = NewCA(t, s.dir, fmt.Sprintf("other-ca-%d", n))
 		}
 		c.CAFile = c.ca.file
 	case AuthMutualTLS:
 		c.CAFile = s.ca.file
 		c.ca = s.ca
 		if n > 1 {
-			c.ca = newCA(t, s.dir, fmt.Sprintf("other-ca-%d", n))
+			c.ca = NewCA(t, s.dir, fmt.Sprintf("other-ca-%d", n))
 		}
-		c.CertFile, c.KeyFile = c.ca.issue(t, s.dir, fmt.Sprintf("client-%d", n), true)
+		c.CertFile, c.KeyFile = c.ca.Issue(t, s.dir, fmt.Sprintf("client-%d", n), true)
 		key, err := os.ReadFile(c.KeyFile)
 		if err != nil {
 			t.Fatal(err)
@@ -369,7 +369,7 @@ func (s *AuthServer) serverOptions(t testing.TB, host string, port int) *server.
 		if s.method == AuthMutualTLS {
 			serverCA, clientCA = s.ca, c.ca
 		}
-		certFile, keyFile := serverCA.issue(t, s.dir, fmt.Sprintf("server-%d", s.seq.Add(1)), false)
+		certFile, keyFile := serverCA.Issue(t, s.dir, fmt.Sprintf("server-%d", s.seq.Add(1)), false)
 		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{
 			CertFile: certFile,
 			KeyFile:  keyFile,
@@ -476,14 +476,17 @@ func waitJetStreamWith(t testing.TB, url string, opts []nats.Option, timeout tim
 	})
 }
 
-// certAuthority signs the test certificates.
-type certAuthority struct {
+// CA is a certificate authority made at test time: it signs server and
+// client certificates, written as PEM files. Tests of TLS destinations use
+// it as well as the TLS servers of StartAuth.
+type CA struct {
 	cert *x509.Certificate
 	key  *ecdsa.PrivateKey
 	file string // PEM
 }
 
-func newCA(t testing.TB, dir, name string) *certAuthority {
+// NewCA makes a CA and writes its certificate to dir/name.pem.
+func NewCA(t testing.TB, dir, name string) *CA {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -507,12 +510,22 @@ func newCA(t testing.TB, dir, name string) *certAuthority {
 		t.Fatal(err)
 	}
 	file := writeFile(t, dir, name+".pem", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
-	return &certAuthority{cert: cert, key: key, file: file}
+	return &CA{cert: cert, key: key, file: file}
 }
 
-// issue writes a certificate (for 127.0.0.1 and localhost, or a client
+// File is the path of the CA's PEM certificate.
+func (ca *CA) File() string { return ca.file }
+
+// Pool is a certificate pool holding only this CA.
+func (ca *CA) Pool() *x509.CertPool {
+	p := x509.NewCertPool()
+	p.AddCert(ca.cert)
+	return p
+}
+
+// Issue writes a certificate (for 127.0.0.1 and localhost, or a client
 // certificate) and its key, and returns their paths.
-func (ca *certAuthority) issue(t testing.TB, dir, name string, client bool) (certFile, keyFile string) {
+func (ca *CA) Issue(t testing.TB, dir, name string, client bool) (certFile, keyFile string) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
