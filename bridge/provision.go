@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -24,8 +25,7 @@ func (b *Bridge) Provision(ctx context.Context) error {
 	sc := b.cfg.Stream
 	if sc.Create {
 		if err := apiCall(ctx, func(ctx context.Context) error {
-			_, err := b.js.CreateOrUpdateStream(ctx, sourceStreamConfig(sc))
-			return err
+			return ensureStream(ctx, b.js, sourceStreamConfig(sc))
 		}); err != nil {
 			return fmt.Errorf("bridge: stream %s: %w", sc.Name, err)
 		}
@@ -39,13 +39,12 @@ func (b *Bridge) Provision(ctx context.Context) error {
 		return fmt.Errorf("bridge: stream %s: %w", sc.Name, err)
 	}
 	if err := apiCall(ctx, func(ctx context.Context) error {
-		_, err := b.js.CreateOrUpdateStream(ctx, deadLetterStreamConfig(b.cfg.DeadLetter))
-		return err
+		return ensureStream(ctx, b.js, deadLetterStreamConfig(b.cfg.DeadLetter))
 	}); err != nil {
 		return fmt.Errorf("bridge: dead-letter stream %s: %w", b.cfg.DeadLetter.Stream, err)
 	}
 	if err := apiCall(ctx, func(ctx context.Context) error {
-		if _, err := b.js.CreateOrUpdateStream(ctx, advisoryStreamConfig(b.cfg.DeadLetter, sc.Name)); err != nil {
+		if err := ensureStream(ctx, b.js, advisoryStreamConfig(b.cfg.DeadLetter, sc.Name)); err != nil {
 			return err
 		}
 		cons, err := b.js.CreateOrUpdateConsumer(ctx, AdvisoryStreamName(b.cfg.DeadLetter), jetstream.ConsumerConfig{
@@ -87,6 +86,41 @@ func (b *Bridge) Provision(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// ensureStream creates the stream, or updates it when a setting the bridge
+// owns differs. A stream that already matches is left alone: besides
+// sparing a write, this keeps replicas starting together from updating a
+// stream while another one creates its consumer on it, a combination on
+// which nats-server v2.15 has a data race (fileStore.UpdateConfig against
+// fileStore.ConsumerStore).
+func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig) error {
+	s, err := js.Stream(ctx, want.Name)
+	if err == nil && streamMatches(s.CachedInfo().Config, want) {
+		return nil
+	}
+	if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return err
+	}
+	_, err = js.CreateOrUpdateStream(ctx, want)
+	return err
+}
+
+// streamMatches reports whether have already carries every setting of want
+// that the bridge sets (the server fills in the others).
+func streamMatches(have, want jetstream.StreamConfig) bool {
+	dup := want.Duplicates
+	if dup == 0 {
+		dup = 2 * time.Minute // the server's default window
+	}
+	return have.Description == want.Description &&
+		slices.Equal(have.Subjects, want.Subjects) &&
+		have.Storage == want.Storage &&
+		have.Retention == want.Retention &&
+		have.MaxAge == want.MaxAge &&
+		have.Duplicates == dup &&
+		max(have.Replicas, 1) == max(want.Replicas, 1) &&
+		!have.Sealed
 }
 
 func (b *Bridge) needsIdempotency() bool {
