@@ -96,13 +96,23 @@ func (b *Bridge) Provision(ctx context.Context) error {
 // fileStore.ConsumerStore).
 func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig) error {
 	s, err := js.Stream(ctx, want.Name)
-	if err == nil && streamMatches(s.CachedInfo().Config, want) {
-		return nil
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		// Not CreateOrUpdateStream, which tries an update first: a replica
+		// whose update lands just after another one's create would update
+		// the stream as that one creates its consumer. Creating with the
+		// same configuration as an existing stream is a no-op.
+		if _, err = js.CreateStream(ctx, want); !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return err
+		}
+		s, err = js.Stream(ctx, want.Name)
 	}
-	if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+	if err != nil {
 		return err
 	}
-	_, err = js.CreateOrUpdateStream(ctx, want)
+	if streamMatches(s.CachedInfo().Config, want) {
+		return nil
+	}
+	_, err = js.UpdateStream(ctx, want)
 	return err
 }
 
