@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/sotercare/jetbridge/internal/sinktest"
 )
@@ -70,6 +72,8 @@ func BenchmarkLatency(b *testing.B) {
 }
 
 func benchBridge(b *testing.B, inFlight int, delay time.Duration, idem bool) (*sinktest.Sink, *harness) {
+	harnessLogLevel = zerolog.WarnLevel
+	b.Cleanup(func() { harnessLogLevel = zerolog.DebugLevel })
 	sink := sinktest.New(b, func(sinktest.Request) sinktest.Response {
 		return sinktest.Response{Status: 200, Delay: delay}
 	})
@@ -91,4 +95,28 @@ func waitArrival(s *sinktest.Sink, n int) {
 	for s.Count() < n && time.Now().Before(deadline) {
 		<-time.After(50 * time.Microsecond)
 	}
+}
+
+// BenchmarkHotPath drains 1 KiB JSON events (envelope format, 64 in
+// flight), the in-process profile target of the README's "Performance"
+// section:
+//
+//	go test -run '^$' -bench HotPath -benchtime 20000x -cpuprofile cpu.out ./bridge
+func BenchmarkHotPath(b *testing.B) {
+	payload := []byte(`{"patient":"p-1","reading":{"kind":"heart_rate","value":72},"note":"` +
+		strings.Repeat("x", 1024-78) + `"}`)
+	sink, h := benchBridge(b, 64, 0, false)
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	for i := range b.N {
+		if _, err := h.js.PublishAsync("events.info.bench", payload, jetstream.WithMsgID(strconv.Itoa(i))); err != nil {
+			b.Fatal(err)
+		}
+	}
+	<-h.js.PublishAsyncComplete()
+	if !waitUntil(5*time.Minute, func() bool { return sink.Count() >= b.N }) {
+		b.Fatalf("only %d of %d delivered", sink.Count(), b.N)
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
 }

@@ -119,6 +119,10 @@ func newBridge(cfg *config.Config, js jetstream.JetStream, opts Options, f fault
 			return nil, fmt.Errorf("bridge: route %s: unknown destination %q", rc.Name, rc.Destination)
 		}
 		b.routes = append(b.routes, newRoute(b, rc, d))
+		d.poolSize += rc.MaxInFlight
+	}
+	for _, d := range b.dests {
+		d.sizePool()
 	}
 	b.health = newReadiness(b.routes)
 	return b, nil
@@ -151,7 +155,8 @@ func (b *Bridge) Run(ctx context.Context) error {
 
 	var loops, workers sync.WaitGroup
 	for _, r := range b.routes {
-		loops.Go(func() { r.pull(ctx, work, &workers) })
+		jobs := r.startWorkers(ctx, work, &workers)
+		loops.Go(func() { r.pull(ctx, jobs) })
 		loops.Go(func() { r.watchdog(ctx) })
 	}
 	loops.Go(func() { b.watchReadiness(ctx) })

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/sotercare/jetbridge/config"
@@ -50,6 +51,7 @@ type route struct {
 	slots    chan struct{} // one token per message in flight
 	held     atomic.Int32  // messages waiting for the breaker
 	inFlight atomic.Int64
+	gauge    prometheus.Gauge // bridge_in_flight of this route
 }
 
 func newRoute(b *Bridge, rc *config.Route, d *destination) *route {
@@ -73,15 +75,37 @@ func newRoute(b *Bridge, rc *config.Route, d *destination) *route {
 		},
 		log:   b.log.With().Str("route", rc.Name).Str("destination", d.name).Logger(),
 		slots: make(chan struct{}, rc.MaxInFlight),
+		gauge: b.m.inFlight.WithLabelValues(rc.Name),
 	}
+}
+
+// startWorkers starts the route's fixed pool of max_in_flight workers on
+// workers, and returns the channel that feeds them; closing it stops them
+// once they have settled what they hold. A worker lives as long as the
+// route, so no goroutine is started (and no stack grown) per message.
+// Attempts run on work; a message held by an open breaker is released as
+// soon as stop ends.
+func (r *route) startWorkers(stop, work context.Context, workers *sync.WaitGroup) chan<- jetstream.Msg {
+	jobs := make(chan jetstream.Msg, cap(r.slots))
+	for range cap(r.slots) {
+		workers.Go(func() {
+			for m := range jobs {
+				r.handle(stop, work, m)
+				r.release(1)
+			}
+		})
+	}
+	return jobs
 }
 
 // pull fetches exactly as many messages as the route has free slots, and
 // none while the destination's breaker is open, so nothing is ever pulled
 // that cannot be processed at once (no prefetch to strand, no delivery
-// burned by an open breaker). It returns when ctx ends; the messages it
-// started are processed on work, and tracked by workers.
-func (r *route) pull(ctx, work context.Context, workers *sync.WaitGroup) {
+// burned by an open breaker). Each message goes to the route's workers
+// (startWorkers) with the slot it holds. It returns when ctx ends, and
+// closes jobs.
+func (r *route) pull(ctx context.Context, jobs chan<- jetstream.Msg) {
+	defer close(jobs)
 	failures := 0
 	for ctx.Err() == nil {
 		if err := r.dest.waitUsable(ctx); err != nil {
@@ -132,10 +156,7 @@ func (r *route) pull(ctx, work context.Context, workers *sync.WaitGroup) {
 				r.release(1)
 				continue
 			}
-			workers.Go(func() {
-				defer r.release(1)
-				r.handle(ctx, work, m)
-			})
+			jobs <- m // never blocks for long: a free worker exists for every slot
 		}
 		cancel()
 		r.release(n - got)
@@ -193,11 +214,10 @@ func (r *route) release(n int) {
 // work; a message held by an open breaker is released as soon as stop ends.
 func (r *route) handle(stop, work context.Context, m jetstream.Msg) {
 	r.inFlight.Add(1)
-	gauge := r.b.m.inFlight.WithLabelValues(r.cfg.Name)
-	gauge.Inc()
+	r.gauge.Inc()
 	defer func() {
 		r.inFlight.Add(-1)
-		gauge.Dec()
+		r.gauge.Dec()
 	}()
 
 	ev, err := parseEvent(m)
@@ -207,7 +227,6 @@ func (r *route) handle(stop, work context.Context, m jetstream.Msg) {
 		_ = m.NakWithDelay(r.policy.backoff(1))
 		return
 	}
-	log := r.log.With().Uint64("stream_seq", ev.Seq).Uint64("delivered", ev.Delivered).Logger()
 	var held atomic.Pointer[lease] // the idempotency reservation, refreshed with progress acks
 	stopProgress := r.progress(m, &held)
 	defer stopProgress()
@@ -226,8 +245,8 @@ func (r *route) handle(stop, work context.Context, m jetstream.Msg) {
 				held.Store(l)
 			}
 			if failure == nil {
-				tries, failure = r.deliver(stop, work, p, log)
-				failure = r.record(l, ev, failure, log)
+				tries, failure = r.deliver(stop, work, p, ev)
+				failure = r.record(l, ev, failure)
 			}
 		}
 	}
@@ -237,14 +256,21 @@ func (r *route) handle(stop, work context.Context, m jetstream.Msg) {
 			Seq: ev.Seq, Delivered: ev.Delivered, Tries: tries, Err: failure,
 		}
 	}
-	r.settle(m, ev, failure, tries, log)
+	r.settle(m, ev, failure, tries)
+}
+
+// msgLog adds the message's stream sequence and delivery count to a log
+// event. No logger is built per message: at a level the logger hides, e is
+// nil and this and every later field call cost nothing.
+func msgLog(e *zerolog.Event, ev *event) *zerolog.Event {
+	return e.Uint64("stream_seq", ev.Seq).Uint64("delivered", ev.Delivered)
 }
 
 // deliver runs attempts until one is not refused by the open breaker. A
 // message held here keeps its delivery (progress acks run meanwhile), so an
 // outage alone never spends the delivery budget. Holding ends with stop:
 // a held message is handed back at once on shutdown.
-func (r *route) deliver(stop, work context.Context, p *payload, log zerolog.Logger) (int, error) {
+func (r *route) deliver(stop, work context.Context, p *payload, ev *event) (int, error) {
 	total := 0
 	for {
 		tries, err := r.dest.attempt(work, p)
@@ -256,7 +282,7 @@ func (r *route) deliver(stop, work context.Context, p *payload, log zerolog.Logg
 		if r.b.faults.noHold {
 			return total, &TransportError{Destination: r.dest.name, Kind: "circuit open"}
 		}
-		log.Debug().Msg("held: circuit breaker open")
+		msgLog(r.log.Debug(), ev).Msg("held: circuit breaker open")
 		r.held.Add(1)
 		werr := r.dest.waitUsable(stop)
 		r.held.Add(-1)
@@ -294,7 +320,7 @@ func (r *route) reserve(stop context.Context, ev *event) (*lease, error) {
 // record closes the reservation after the attempt: done after a 2xx (before
 // the ack, so a lost ack is recognised on redelivery), released after any
 // failure (so a failed delivery never consumes the event id).
-func (r *route) record(l *lease, ev *event, failure error, log zerolog.Logger) error {
+func (r *route) record(l *lease, ev *event, failure error) error {
 	if l == nil {
 		return failure
 	}
@@ -305,19 +331,19 @@ func (r *route) record(l *lease, ev *event, failure error, log zerolog.Logger) e
 			return failure
 		}
 		if err := l.release(ctx); err != nil {
-			log.Warn().Str("error", err.Error()).Msg("idempotency reservation not released; it expires after ack_wait")
+			msgLog(r.log.Warn(), ev).Str("error", err.Error()).Msg("idempotency reservation not released; it expires after ack_wait")
 		}
 		return failure
 	}
 	h := holder{stream: ev.Stream, seq: ev.Seq, delivered: ev.Delivered}
 	if err := l.done(ctx, h); err != nil {
-		log.Warn().Str("error", err.Error()).Msg("delivered, but not recorded as done: a redelivery would be sent again")
+		msgLog(r.log.Warn(), ev).Str("error", err.Error()).Msg("delivered, but not recorded as done: a redelivery would be sent again")
 	}
 	return nil
 }
 
 // settle applies the decision for the message, then reports it.
-func (r *route) settle(m jetstream.Msg, ev *event, failure error, tries int, log zerolog.Logger) {
+func (r *route) settle(m jetstream.Msg, ev *event, failure error, tries int) {
 	s := Decide(failure, ev.Delivered, r.policy)
 	out := Settled{
 		Route: r.cfg.Name, Destination: r.dest.name, Stream: ev.Stream, Seq: ev.Seq,
@@ -345,31 +371,31 @@ func (r *route) settle(m jetstream.Msg, ev *event, failure error, tries int, log
 			// instead of holding this message's slot until a timeout.
 			err = m.Ack()
 		}
-		log.Debug().Int("tries", tries).Str("outcome", out.Outcome).Msg("settled")
+		msgLog(r.log.Debug(), ev).Int("tries", tries).Str("outcome", out.Outcome).Msg("settled")
 	case DeadLetter:
 		out.Outcome, out.Reason = OutcomeDeadLettered, s.Reason
 		if derr := r.deadLetter(ctx, m.Headers(), m.Data(), ev, s.Reason, failure); derr != nil && !r.b.faults.termWithoutDeadLetter {
 			// Never terminate without a stored dead letter: try again later.
 			out.Outcome, out.Reason = OutcomeRedeliveryScheduled, ""
 			out.Delay = r.policy.backoff(ev.Delivered)
-			log.Error().Str("reason", s.Reason).Str("error", derr.Error()).Dur("delay", out.Delay).
+			msgLog(r.log.Error(), ev).Str("reason", s.Reason).Str("error", derr.Error()).Dur("delay", out.Delay).
 				Msg("dead letter not stored; message left for redelivery")
 			err = m.NakWithDelay(out.Delay)
 			break
 		}
 		err = m.TermWithReason("jetbridge: " + s.Reason)
-		withStatus(log.Warn().Str("reason", s.Reason).Str("failure", FailureKind(failure)).Int("tries", tries), failure).
+		withStatus(msgLog(r.log.Warn(), ev).Str("reason", s.Reason).Str("failure", FailureKind(failure)).Int("tries", tries), failure).
 			Msg("dead-lettered")
 	default: // Redeliver; Hold never reaches here (deliver resolves it)
 		out.Outcome, out.Delay = OutcomeRedeliveryScheduled, max(s.Delay, time.Millisecond)
 		err = m.NakWithDelay(out.Delay)
-		withStatus(log.Info().Str("failure", FailureKind(failure)).Int("tries", tries), failure).
+		withStatus(msgLog(r.log.Info(), ev).Str("failure", FailureKind(failure)).Int("tries", tries), failure).
 			Dur("delay", out.Delay).Msg("redelivery scheduled")
 	}
 	if err != nil {
 		// The broker redelivers after ack_wait; with idempotency the second
 		// delivery is recognised.
-		log.Warn().Str("outcome", out.Outcome).Str("error", err.Error()).Msg("settlement not confirmed by JetStream")
+		msgLog(r.log.Warn(), ev).Str("outcome", out.Outcome).Str("error", err.Error()).Msg("settlement not confirmed by JetStream")
 	}
 	r.b.settled(out)
 }
@@ -377,33 +403,42 @@ func (r *route) settle(m jetstream.Msg, ev *event, failure error, tries int, log
 // progress sends InProgress every third of ack_wait until stopped, so a long
 // attempt (or a message held by an open breaker) is never redelivered to
 // another replica meanwhile; it refreshes the idempotency reservation too.
+// It runs on a timer, not a goroutine of its own: most messages settle
+// long before the first tick. stop waits for a tick in progress.
 func (r *route) progress(m jetstream.Msg, held *atomic.Pointer[lease]) (stop func()) {
 	if r.b.faults.noProgress {
 		return func() {}
 	}
 	every := r.cfg.AckWait.D() / 3
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				_ = m.InProgress()
-				if l := held.Load(); l != nil {
-					ctx, cancel := context.WithTimeout(context.Background(), every)
-					if err := l.refresh(ctx); err != nil {
-						r.log.Warn().Str("error", err.Error()).Msg("idempotency reservation not refreshed")
-					}
-					cancel()
-				}
-			}
+	var (
+		mu      sync.Mutex
+		stopped bool
+		t       *time.Timer
+	)
+	mu.Lock() // the first tick must not run before t is set
+	defer mu.Unlock()
+	t = time.AfterFunc(every, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
 		}
+		_ = m.InProgress()
+		if l := held.Load(); l != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), every)
+			if err := l.refresh(ctx); err != nil {
+				r.log.Warn().Str("error", err.Error()).Msg("idempotency reservation not refreshed")
+			}
+			cancel()
+		}
+		t.Reset(every)
 	})
-	return func() { close(done); wg.Wait() }
+	return func() {
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
+	}
 }
 
 // withStatus adds the HTTP status of failure to a log event, when there is one.

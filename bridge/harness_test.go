@@ -50,6 +50,11 @@ func testConfig(t testing.TB, yaml string, args ...any) *config.Config {
 	return cfg
 }
 
+// harnessLogLevel is the level of the harness's bridge logger: debug, so
+// that failing tests show every settlement. Benchmarks raise it, as
+// production does, so that they measure the hot path rather than logging.
+var harnessLogLevel = zerolog.DebugLevel
+
 // startBridge runs a bridge (with the given faults, zero for the real one)
 // on a fresh embedded server until the test ends.
 func startBridge(t testing.TB, cfg *config.Config, f faults) *harness {
@@ -64,7 +69,7 @@ func startBridgeOn(t testing.TB, srv *natstest.Server, cfg *config.Config, f fau
 	h := &harness{t: t, srv: srv, nc: nc, js: js, cfg: cfg, logs: &natstest.Buffer{}, reg: prometheus.NewRegistry()}
 	b, err := newBridge(cfg, js, Options{
 		Registerer: h.reg,
-		Logger:     zerolog.New(h.logs).Level(zerolog.DebugLevel),
+		Logger:     zerolog.New(h.logs).Level(harnessLogLevel),
 		OnSettle: func(s Settled) {
 			h.mu.Lock()
 			h.settled = append(h.settled, s)

@@ -30,6 +30,17 @@ type metrics struct {
 	// safetyNet counts MAX_DELIVERIES advisories given up as permanent
 	// failures (see advisory.go).
 	safetyNet *prometheus.CounterVec // reason
+
+	// Children of the hot path, looked up once here rather than per
+	// message; read-only after newMetrics.
+	settledChildren map[string]map[string]prometheus.Counter // route -> outcome
+	destChildren    map[string]*destMetrics
+}
+
+// destMetrics are one destination's per-try series.
+type destMetrics struct {
+	classes  [6]prometheus.Counter // by status/100: 0 is ClassTransport, 2 to 5 are 2xx to 5xx, 1 is nil
+	duration prometheus.Observer
 }
 
 // newMetrics creates the series, registers them with reg (when not nil) and
@@ -79,10 +90,14 @@ func newMetrics(reg prometheus.Registerer, cfg *config.Config) (*metrics, error)
 			}
 		}
 	}
+	m.settledChildren = make(map[string]map[string]prometheus.Counter, len(cfg.Routes))
+	m.destChildren = make(map[string]*destMetrics, len(cfg.Destinations))
 	for _, r := range cfg.Routes {
+		children := make(map[string]prometheus.Counter, 4)
 		for _, o := range []string{OutcomeDelivered, OutcomeRedeliveryScheduled, OutcomeDeadLettered, OutcomeDuplicateSkipped} {
-			m.messages.WithLabelValues(r.Name, o)
+			children[o] = m.messages.WithLabelValues(r.Name, o)
 		}
+		m.settledChildren[r.Name] = children
 		for _, reason := range []string{ReasonRejected, ReasonMaxDeliveries, ReasonInvalidEvent} {
 			m.deadLetters.WithLabelValues(r.Name, reason)
 		}
@@ -93,27 +108,43 @@ func newMetrics(reg prometheus.Registerer, cfg *config.Config) (*metrics, error)
 		m.safetyNet.WithLabelValues(reason)
 	}
 	for name := range cfg.Destinations {
-		for _, c := range []string{"2xx", "3xx", "4xx", "5xx", ClassTransport} {
-			m.requests.WithLabelValues(name, c)
+		dm := &destMetrics{duration: m.duration.WithLabelValues(name)}
+		for _, i := range []int{2, 3, 4, 5, 0} {
+			dm.classes[i] = m.requests.WithLabelValues(name, tryClass(i*100))
 		}
+		m.destChildren[name] = dm
 		m.circuit.WithLabelValues(name)
-		m.duration.WithLabelValues(name)
 	}
 	return m, nil
 }
 
 // observeTry records one HTTP try: status 0 means no response.
 func (m *metrics) observeTry(dest string, status int, took time.Duration) {
-	class := ClassTransport
-	if status > 0 {
-		class = strconv.Itoa(status/100) + "xx"
+	dm := m.destChildren[dest]
+	if dm == nil || status < 0 || (status > 0 && status < 100) || status/100 >= len(dm.classes) || dm.classes[status/100] == nil {
+		m.requests.WithLabelValues(dest, tryClass(status)).Inc()
+		m.duration.WithLabelValues(dest).Observe(took.Seconds())
+		return
 	}
-	m.requests.WithLabelValues(dest, class).Inc()
-	m.duration.WithLabelValues(dest).Observe(took.Seconds())
+	dm.classes[status/100].Inc()
+	dm.duration.Observe(took.Seconds())
+}
+
+// tryClass is the class label of a try: "transport" for no response
+// (status 0), else "2xx", "5xx"...
+func tryClass(status int) string {
+	if status <= 0 {
+		return ClassTransport
+	}
+	return strconv.Itoa(status/100) + "xx"
 }
 
 func (m *metrics) observeSettled(s Settled) {
-	m.messages.WithLabelValues(s.Route, s.Outcome).Inc()
+	if c := m.settledChildren[s.Route][s.Outcome]; c != nil {
+		c.Inc()
+	} else {
+		m.messages.WithLabelValues(s.Route, s.Outcome).Inc()
+	}
 	if s.Outcome == OutcomeDeadLettered {
 		m.deadLetters.WithLabelValues(s.Route, s.Reason).Inc()
 	}

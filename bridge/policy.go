@@ -70,15 +70,20 @@ type response struct {
 // response; a listed status), so each keeps its own count across the
 // attempt, and both abort at once when the breaker is open.
 type destination struct {
-	name    string
-	url     string
-	format  string
-	headers map[string]string
-	secrets [][]byte
-	client  *http.Client
-	breaker circuitbreaker.CircuitBreaker[*response] // nil when disabled
-	exec    failsafe.Executor[*response]
-	changed atomic.Pointer[chan struct{}] // closed and replaced on every breaker transition
+	name   string
+	url    string
+	format string
+	// baseHeader is the configured headers, canonical, without the
+	// signature headers (only the bridge signs); nil when none.
+	baseHeader http.Header
+	secrets    [][]byte
+	client     *http.Client
+	breaker    circuitbreaker.CircuitBreaker[*response] // nil when disabled
+	exec       failsafe.Executor[*response]
+	// poolSize is the sum of max_in_flight of the routes using this
+	// destination: the most requests it can have in flight at once.
+	poolSize int
+	changed  atomic.Pointer[chan struct{}] // closed and replaced on every breaker transition
 	// breakerStatuses are the statuses the breaker counts as failures.
 	breakerStatuses []int
 	faults          faults
@@ -126,18 +131,23 @@ func breakerState(s circuitbreaker.State) BreakerState {
 
 func newDestination(cfg *config.Destination, log zerolog.Logger, onState func(dest string, from, to BreakerState), m *metrics, f faults) (*destination, error) {
 	d := &destination{
-		m:       m,
-		faults:  f,
-		name:    cfg.Name,
-		url:     cfg.URL.Value(),
-		format:  cfg.Format,
-		headers: make(map[string]string, len(cfg.Headers)),
-		log:     log.With().Str("destination", cfg.Name).Logger(),
+		m:      m,
+		faults: f,
+		name:   cfg.Name,
+		url:    cfg.URL.Value(),
+		format: cfg.Format,
+		log:    log.With().Str("destination", cfg.Name).Logger(),
 	}
 	ch := make(chan struct{})
 	d.changed.Store(&ch)
 	for k, v := range cfg.Headers {
-		d.headers[k] = v.Value()
+		if d.baseHeader == nil {
+			d.baseHeader = make(http.Header, len(cfg.Headers))
+		}
+		d.baseHeader.Set(k, v.Value())
+	}
+	for _, k := range []string{"Webhook-Id", "Webhook-Timestamp", "Webhook-Signature"} {
+		d.baseHeader.Del(k) // only the bridge signs
 	}
 	if cfg.Signing != nil {
 		keys, err := cfg.Signing.Keys()
@@ -258,6 +268,19 @@ func destinationTransport(tlsConf *tls.Config, maxHeaderBytes int64) *http.Trans
 	tr.MaxIdleConnsPerHost = 64
 	tr.MaxResponseHeaderBytes = maxHeaderBytes
 	return tr
+}
+
+// sizePool keeps up to poolSize idle connections, so that every request
+// the routes can have in flight finds a kept-alive connection: at a steady
+// load the destination sees at most poolSize connections, never one per
+// request (net/http's defaults keep 100 in all, closing the rest).
+func (d *destination) sizePool() {
+	tr, ok := d.client.Transport.(*http.Transport)
+	if !ok || d.poolSize <= 0 {
+		return
+	}
+	tr.MaxIdleConns = max(d.poolSize, 1)
+	tr.MaxIdleConnsPerHost = max(d.poolSize, 1)
 }
 
 // isTransport reports whether err means no HTTP response was obtained.

@@ -8,10 +8,13 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -120,17 +123,6 @@ func validHeaderValue(v string) bool {
 	return true
 }
 
-// envelope is the body of the envelope format (CONTRACT 4.1).
-type envelope struct {
-	ID          string            `json:"id"`
-	EventType   string            `json:"eventType"`
-	Severity    subjects.Severity `json:"severity"`
-	Subject     string            `json:"subject"`
-	Metadata    map[string]string `json:"metadata"`
-	Payload     json.RawMessage   `json:"payload"`
-	PublishedAt string            `json:"publishedAt"`
-}
-
 // Body formats.
 const (
 	FormatEnvelope    = "envelope"
@@ -140,9 +132,16 @@ const (
 
 // payload is what one attempt sends, built once per message; each HTTP try
 // turns it into a fresh *http.Request (fresh signature timestamp).
+//
+// An envelope body is one allocation of the right size, not a pooled
+// buffer: net/http writes a request's headers and body in one write only
+// for a body it knows (*bytes.Reader among them), and such a body cannot
+// tell when the transport is done with it (net/http may close it after
+// RoundTrip returns), so a pooled buffer could be reused while still being
+// sent. One write per request is worth more than one allocation.
 type payload struct {
 	body    []byte
-	headers http.Header // everything but the signature headers
+	headers http.Header // everything but the signature headers; shared by the tries, never written
 	id      string
 }
 
@@ -150,57 +149,155 @@ type payload struct {
 // destination's format. Configured headers go first; the bridge's own
 // headers override them; event metadata never becomes a header.
 func buildPayload(ev *event, d *destination) (*payload, error) {
-	for name, v := range map[string]string{"Event-Id": ev.ID, "Event-Type": ev.Type, "Content-Type": ev.ContentType} {
-		if !validHeaderValue(v) {
-			return nil, &InvalidEventError{Reason: name + " contains a control character"}
-		}
+	switch {
+	case !validHeaderValue(ev.ID):
+		return nil, &InvalidEventError{Reason: "Event-Id contains a control character"}
+	case !validHeaderValue(ev.Type):
+		return nil, &InvalidEventError{Reason: "Event-Type contains a control character"}
+	case !validHeaderValue(ev.ContentType):
+		return nil, &InvalidEventError{Reason: "Content-Type contains a control character"}
 	}
-	h := make(http.Header, len(d.headers)+8)
-	for k, v := range d.headers {
-		h.Set(k, v)
+	p := &payload{id: ev.ID}
+	h := d.baseHeader.Clone()
+	if h == nil {
+		h = make(http.Header, 12)
 	}
-	var body []byte
+	// One backing array for the values the bridge sets; the keys are
+	// already canonical.
+	v := make([]string, 0, 12)
+	set := func(k, val string) {
+		v = append(v, val)
+		h[k] = v[len(v)-1 : len(v) : len(v)]
+	}
 	switch d.format {
 	case FormatRaw:
-		body = ev.Payload
-		h.Set("Content-Type", ev.ContentType)
+		p.body = ev.Payload
+		set("Content-Type", ev.ContentType)
 	case FormatCloudEvents:
-		body = ev.Payload
-		h.Set("Content-Type", ev.ContentType)
-		h.Set("ce-specversion", "1.0")
-		h.Set("ce-id", ev.ID)
-		h.Set("ce-type", ev.Type)
-		h.Set("ce-source", "nats://"+ev.Stream+"/"+ev.Subject)
-		h.Set("ce-subject", ev.Subject)
-		h.Set("ce-time", ev.PublishedAt.UTC().Format(time.RFC3339Nano))
+		p.body = ev.Payload
+		set("Content-Type", ev.ContentType)
+		set("Ce-Specversion", "1.0")
+		set("Ce-Id", ev.ID)
+		set("Ce-Type", ev.Type)
+		set("Ce-Source", "nats://"+ev.Stream+"/"+ev.Subject)
+		set("Ce-Subject", ev.Subject)
+		set("Ce-Time", ev.PublishedAt.UTC().Format(time.RFC3339Nano))
 	default: // envelope
 		if !json.Valid(ev.Payload) {
 			return nil, &InvalidEventError{Reason: "payload is not JSON (format envelope)"}
 		}
-		md := ev.Metadata
-		if md == nil {
-			md = map[string]string{}
-		}
-		var err error
-		body, err = json.Marshal(envelope{
-			ID: ev.ID, EventType: ev.Type, Severity: ev.Severity, Subject: ev.Subject,
-			Metadata: md, Payload: ev.Payload,
-			PublishedAt: ev.PublishedAt.UTC().Format(time.RFC3339Nano),
-		})
-		if err != nil {
-			return nil, &InvalidEventError{Reason: "envelope cannot be encoded"}
-		}
-		h.Set("Content-Type", "application/json")
+		p.body = appendEnvelope(make([]byte, 0, envelopeSize(ev)), ev)
+		set("Content-Type", "application/json")
 	}
-	h.Set("X-Event-Id", ev.ID)
-	h.Set("X-Event-Type", ev.Type)
-	h.Set("X-Event-Severity", string(ev.Severity))
-	h.Set("X-Delivery-Attempt", strconv.FormatUint(ev.Delivered, 10))
-	h.Set("Idempotency-Key", ev.ID)
-	for _, k := range []string{"Webhook-Id", "Webhook-Timestamp", "Webhook-Signature"} {
-		h.Del(k) // only the bridge signs
+	set("X-Event-Id", ev.ID)
+	set("X-Event-Type", ev.Type)
+	set("X-Event-Severity", string(ev.Severity))
+	set("X-Delivery-Attempt", strconv.FormatUint(ev.Delivered, 10))
+	set("Idempotency-Key", ev.ID)
+	p.headers = h
+	return p, nil
+}
+
+// appendEnvelope appends the envelope body (README "The request"):
+//
+//	{"id":…,"eventType":…,"severity":…,"subject":…,"metadata":{…},"payload":…,"publishedAt":…}
+//
+// Strings are escaped exactly as encoding/json escapes them, metadata keys
+// come sorted, and the payload, already validated as JSON, is copied as
+// is. No reflection, no intermediate buffers.
+func appendEnvelope(b []byte, ev *event) []byte {
+	b = append(b, `{"id":`...)
+	b = appendJSONString(b, ev.ID)
+	b = append(b, `,"eventType":`...)
+	b = appendJSONString(b, ev.Type)
+	b = append(b, `,"severity":`...)
+	b = appendJSONString(b, string(ev.Severity))
+	b = append(b, `,"subject":`...)
+	b = appendJSONString(b, ev.Subject)
+	b = append(b, `,"metadata":{`...)
+	if len(ev.Metadata) > 0 {
+		keys := make([]string, 0, len(ev.Metadata))
+		for k := range ev.Metadata {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for i, k := range keys {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, k)
+			b = append(b, ':')
+			b = appendJSONString(b, ev.Metadata[k])
+		}
 	}
-	return &payload{body: body, headers: h, id: ev.ID}, nil
+	b = append(b, `},"payload":`...)
+	b = append(b, ev.Payload...)
+	b = append(b, `,"publishedAt":"`...)
+	b = ev.PublishedAt.UTC().AppendFormat(b, time.RFC3339Nano)
+	return append(b, `"}`...)
+}
+
+// envelopeSize is an upper bound of the envelope's length for all but
+// heavily escaped strings (which then grow the buffer once).
+func envelopeSize(ev *event) int {
+	n := 128 + len(ev.Payload) + 2*(len(ev.ID)+len(ev.Type)+len(ev.Subject))
+	for k, v := range ev.Metadata {
+		n += 6 + 2*(len(k)+len(v))
+	}
+	return n
+}
+
+// appendJSONString appends s as a JSON string, escaped as encoding/json
+// does by default: control characters, '"', '\\', '<', '>', '&', U+2028 and
+// U+2029 escaped, invalid UTF-8 replaced by U+FFFD.
+func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		if c := s[i]; c < utf8.RuneSelf {
+			if c >= ' ' && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xF])
+		default:
+			i += size
+			continue
+		}
+		i += size
+		start = i
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
 }
 
 // request builds one HTTP try. GetBody stays nil on purpose: net/http then
@@ -208,15 +305,23 @@ func buildPayload(ev *event, d *destination) (*payload, error) {
 // because of Idempotency-Key), so every HTTP request is one the bridge
 // counted.
 func (p *payload) request(ctx context.Context, d *destination, now time.Time) (*http.Request, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.url, bytes.NewReader(p.body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.url, nil)
 	if err != nil {
 		return nil, err
 	}
-	if !d.faults.keepGetBody {
-		req.GetBody = nil
+	// A *bytes.Reader, so that net/http sends headers and body in one
+	// write (see payload).
+	if len(p.body) > 0 {
+		req.Body, req.ContentLength = io.NopCloser(bytes.NewReader(p.body)), int64(len(p.body))
+	} else {
+		req.Body = http.NoBody
 	}
-	req.Header = p.headers.Clone()
+	if d.faults.keepGetBody {
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(p.body)), nil }
+	}
+	req.Header = p.headers
 	if len(d.secrets) > 0 {
+		req.Header = p.headers.Clone()
 		ts := strconv.FormatInt(now.Unix(), 10)
 		req.Header.Set("webhook-id", p.id)
 		req.Header.Set("webhook-timestamp", ts)
