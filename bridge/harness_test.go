@@ -25,8 +25,9 @@ import (
 type harness struct {
 	t    testing.TB
 	srv  *natstest.Server
-	nc   *nats.Conn
-	js   jetstream.JetStream
+	nc   *nats.Conn          // the bridge's connection: fault hooks may close it
+	js   jetstream.JetStream // on nc
+	pub  jetstream.JetStream // publish's own connection, which no fault touches
 	cfg  *config.Config
 	b    *Bridge
 	logs *natstest.Buffer
@@ -66,7 +67,8 @@ func startBridge(t testing.TB, cfg *config.Config, f faults) *harness {
 func startBridgeOn(t testing.TB, srv *natstest.Server, cfg *config.Config, f faults) *harness {
 	t.Helper()
 	nc, js := natstest.Connect(t, srv.URL())
-	h := &harness{t: t, srv: srv, nc: nc, js: js, cfg: cfg, logs: &natstest.Buffer{}, reg: prometheus.NewRegistry()}
+	_, pub := natstest.Connect(t, srv.URL())
+	h := &harness{t: t, srv: srv, nc: nc, js: js, pub: pub, cfg: cfg, logs: &natstest.Buffer{}, reg: prometheus.NewRegistry()}
 	b, err := newBridge(cfg, js, Options{
 		Registerer: h.reg,
 		Logger:     zerolog.New(h.logs).Level(harnessLogLevel),
@@ -126,7 +128,7 @@ func (h *harness) publish(subject, id string, data []byte, hdr map[string]string
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	ack, err := h.js.PublishMsg(ctx, msg)
+	ack, err := h.pub.PublishMsg(ctx, msg)
 	if err != nil {
 		h.t.Fatalf("publish %s: %v", subject, err)
 	}
