@@ -4,18 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/rs/zerolog"
 
 	"github.com/sotercare/jetbridge/config"
 	"github.com/sotercare/jetbridge/internal/natstest"
@@ -28,51 +24,7 @@ import (
 // variant there. A nil tweak runs the real bridge.
 func startTweaked(t testing.TB, srv *natstest.Server, cfg *config.Config, tweak func(*Bridge)) *harness {
 	t.Helper()
-	nc, js := natstest.Connect(t, srv.URL())
-	h := &harness{t: t, srv: srv, nc: nc, js: js, cfg: cfg, logs: &natstest.Buffer{}, reg: prometheus.NewRegistry()}
-	b, err := newBridge(cfg, js, Options{
-		Registerer: h.reg,
-		Logger:     zerolog.New(h.logs).Level(zerolog.DebugLevel),
-		OnSettle: func(s Settled) {
-			h.mu.Lock()
-			h.settled = append(h.settled, s)
-			h.mu.Unlock()
-		},
-	}, faults{})
-	if err != nil {
-		t.Fatalf("bridge: %v", err)
-	}
-	if tweak != nil {
-		tweak(b)
-	}
-	h.b = b
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- b.Run(ctx) }()
-	select {
-	case <-b.Ready():
-	case err := <-done:
-		cancel()
-		t.Fatalf("Run: %v", err)
-	}
-	h.stop = sync.OnceFunc(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("Run did not return within 30s of cancel")
-		}
-	})
-	t.Cleanup(func() {
-		h.stop()
-		if t.Failed() || os.Getenv("JETBRIDGE_TEST_LOGS") != "" {
-			t.Logf("bridge logs:\n%s", h.logs.String())
-		}
-	})
-	return h
+	return startHarness(t, srv, cfg, faults{}, tweak)
 }
 
 // noShrink is the broken variant of shrinkDeadLetter: a dead letter is

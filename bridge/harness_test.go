@@ -66,6 +66,13 @@ func startBridge(t testing.TB, cfg *config.Config, f faults) *harness {
 
 func startBridgeOn(t testing.TB, srv *natstest.Server, cfg *config.Config, f faults) *harness {
 	t.Helper()
+	return startHarness(t, srv, cfg, f, nil)
+}
+
+// startHarness builds the bridge with faults f, applies tweak (if any)
+// between newBridge and Run, and runs it until the test ends.
+func startHarness(t testing.TB, srv *natstest.Server, cfg *config.Config, f faults, tweak func(*Bridge)) *harness {
+	t.Helper()
 	nc, js := natstest.Connect(t, srv.URL())
 	_, pub := natstest.Connect(t, srv.URL())
 	h := &harness{t: t, srv: srv, nc: nc, js: js, pub: pub, cfg: cfg, logs: &natstest.Buffer{}, reg: prometheus.NewRegistry()}
@@ -85,6 +92,9 @@ func startBridgeOn(t testing.TB, srv *natstest.Server, cfg *config.Config, f fau
 	}, f)
 	if err != nil {
 		t.Fatalf("bridge: %v", err)
+	}
+	if tweak != nil {
+		tweak(b)
 	}
 	h.b = b
 	ctx, cancel := context.WithCancel(context.Background())
