@@ -10,6 +10,7 @@ import (
 
 	"github.com/sotercare/jetbridge/internal/natstest"
 	"github.com/sotercare/jetbridge/internal/sinktest"
+	"github.com/sotercare/jetbridge/producer"
 )
 
 const maxDeliverRoute = `
@@ -87,7 +88,7 @@ func TestMaxDeliveriesAdvisoryWhileNoBridgeRuns(t *testing.T) {
 		if got := dl[0].Header.Get(HeaderDeliveries); got != "3" {
 			return fmt.Errorf("Bridge-Deliveries %q, want 3", got)
 		}
-		if string(dl[0].Data) != `{"n":1}` || dl[0].Header.Get(HeaderEventID) != "e1" {
+		if string(dl[0].Data) != `{"n":1}` || dl[0].Header.Get(producer.HeaderEventID) != "e1" {
 			return fmt.Errorf("dead letter payload or Event-Id wrong")
 		}
 		if n := sink.Count(); n != 0 {

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sotercare/jetbridge/producer"
 	"github.com/sotercare/jetbridge/subjects"
 )
 
@@ -59,7 +60,7 @@ func (r *route) deadLetter(ctx context.Context, orig nats.Header, data []byte, e
 		}
 		h[k] = append([]string(nil), vs...)
 	}
-	h.Set(HeaderEventID, ev.ID)
+	h.Set(producer.HeaderEventID, ev.ID)
 	h.Set(jetstream.MsgIDHeader, DeadLetterMsgID(r.cfg.Name, ev.Stream, ev.Seq))
 	h.Set(HeaderReason, reason)
 	if kind := FailureKind(failure); kind != "" {
@@ -123,7 +124,7 @@ const (
 )
 
 // keptHeaders are the original headers a minimal dead letter keeps.
-var keptHeaders = []string{HeaderEventID, HeaderEventType, HeaderEventSeverity, HeaderContentType}
+var keptHeaders = []string{producer.HeaderEventID, producer.HeaderEventType, producer.HeaderEventSeverity, producer.HeaderContentType}
 
 // shrinkDeadLetter returns a copy of the full dead letter in form to
 // (dlNoPayload or dlMinimal). Production uses it as is; tests swap

@@ -16,6 +16,7 @@ import (
 	"github.com/sotercare/jetbridge/config"
 	"github.com/sotercare/jetbridge/internal/natstest"
 	"github.com/sotercare/jetbridge/internal/sinktest"
+	"github.com/sotercare/jetbridge/producer"
 )
 
 // startTweaked is startBridgeOn with tweak applied to the bridge between
@@ -123,7 +124,7 @@ func TestRejectedDeadLetterThatWouldNotFit(t *testing.T) {
 			name: "payload and headers just under max_payload",
 			payload: func(limit int64) int {
 				// The source message, with its Nats-Msg-Id and Event-Type, is 8 bytes under the limit.
-				hdr := nats.Header{jetstream.MsgIDHeader: {"e1"}, HeaderEventType: {"big.report"}}
+				hdr := nats.Header{jetstream.MsgIDHeader: {"e1"}, producer.HeaderEventType: {"big.report"}}
 				return int(limit - msgSize(&nats.Msg{Header: hdr}) - 8)
 			},
 			wantRefused: "max_payload",
@@ -140,7 +141,7 @@ func TestRejectedDeadLetterThatWouldNotFit(t *testing.T) {
 			name:    "original headers just under JetStream's 64 KiB header limit",
 			payload: func(int64) int { return 1 << 10 },
 			bigHeader: func() int {
-				hdr := nats.Header{jetstream.MsgIDHeader: {"e1"}, HeaderEventType: {"big.report"}, "X-Big": {""}}
+				hdr := nats.Header{jetstream.MsgIDHeader: {"e1"}, producer.HeaderEventType: {"big.report"}, "X-Big": {""}}
 				return int(maxHeaderBytes - headerSize(&nats.Msg{Header: hdr}) - 8)
 			}(),
 			wantRefused: "header_size",
@@ -170,7 +171,7 @@ func TestRejectedDeadLetterThatWouldNotFit(t *testing.T) {
 				}
 				limit := h.nc.MaxPayload()
 				payload := jsonOfSize(tc.payload(limit))
-				hdr := map[string]string{HeaderEventType: "big.report"}
+				hdr := map[string]string{producer.HeaderEventType: "big.report"}
 				if tc.bigHeader > 0 {
 					hdr["X-Big"] = strings.Repeat("b", tc.bigHeader)
 				}
@@ -203,15 +204,15 @@ func TestRejectedDeadLetterThatWouldNotFit(t *testing.T) {
 					return fmt.Errorf("dead letter carries %d payload bytes, want none", len(d.Data))
 				}
 				for k, want := range map[string]string{
-					HeaderPayloadOmitted:   strconv.Itoa(len(payload)),
-					HeaderOriginalSequence: strconv.FormatUint(seq, 10),
-					HeaderOriginalStream:   cfg.Stream.Name,
-					HeaderOriginalSubject:  "events.info.big",
-					HeaderReason:           ReasonRejected,
-					HeaderStatus:           "400",
-					HeaderEventID:          "e1",
-					HeaderEventType:        "big.report",
-					jetstream.MsgIDHeader:  DeadLetterMsgID("r", cfg.Stream.Name, seq),
+					HeaderPayloadOmitted:     strconv.Itoa(len(payload)),
+					HeaderOriginalSequence:   strconv.FormatUint(seq, 10),
+					HeaderOriginalStream:     cfg.Stream.Name,
+					HeaderOriginalSubject:    "events.info.big",
+					HeaderReason:             ReasonRejected,
+					HeaderStatus:             "400",
+					producer.HeaderEventID:   "e1",
+					producer.HeaderEventType: "big.report",
+					jetstream.MsgIDHeader:    DeadLetterMsgID("r", cfg.Stream.Name, seq),
 				} {
 					if got := d.Header.Get(k); got != want {
 						return fmt.Errorf("dead letter %s = %q, want %q", k, got, want)
@@ -393,10 +394,10 @@ func TestShrinkDeadLetter(t *testing.T) {
 		Subject: "dlq.r.events.info.x",
 		Data:    jsonOfSize(1000),
 		Header: nats.Header{
-			HeaderEventID:                  {"e1"},
-			HeaderEventType:                {"t"},
+			producer.HeaderEventID:         {"e1"},
+			producer.HeaderEventType:       {"t"},
 			"event-severity":               {"INFO"}, // a producer's own spelling is kept too
-			HeaderContentType:              {"application/json"},
+			producer.HeaderContentType:     {"application/json"},
 			"X-Big":                        {"bbbb"},
 			"Event-Meta-Patient":           {"p1"},
 			jetstream.MsgIDHeader:          {"dlq:r:EVENTS:7"},
@@ -415,7 +416,7 @@ func TestShrinkDeadLetter(t *testing.T) {
 	}{
 		{dlFull, string(jsonOfSize(1000)), []string{"X-Big", HeaderReason}, []string{HeaderPayloadOmitted, HeaderHeadersOmitted}, "", ""},
 		{dlNoPayload, "", []string{"X-Big", "Event-Meta-Patient", HeaderReason, jetstream.MsgIDHeader}, []string{HeaderHeadersOmitted}, "1000", ""},
-		{dlMinimal, "", []string{HeaderEventID, HeaderEventType, "event-severity", HeaderContentType, jetstream.MsgIDHeader,
+		{dlMinimal, "", []string{producer.HeaderEventID, producer.HeaderEventType, "event-severity", producer.HeaderContentType, jetstream.MsgIDHeader,
 			jetstream.ExpectedStreamHeader, HeaderReason, HeaderOriginalSequence}, []string{"X-Big", "Event-Meta-Patient"}, "1000", "2"},
 	}
 	for _, tc := range tests {

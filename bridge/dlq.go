@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sotercare/jetbridge/config"
+	"github.com/sotercare/jetbridge/producer"
 	"github.com/sotercare/jetbridge/subjects"
 )
 
@@ -395,7 +396,7 @@ func (q *DLQ) republish(ctx context.Context, d DLQMessage) (ReplayResult, error)
 			Reason: fmt.Sprintf("%s is stored by another stream than %s; nothing was stored", HeaderOriginalSubject, q.source)}
 	case err != nil:
 		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
-			err = ErrNoStream
+			err = producer.ErrNoStream
 		}
 		return res, fmt.Errorf("bridge: replay dead letter %d: %w", d.Seq, err)
 	}
@@ -423,7 +424,7 @@ func (d DLQMessage) ReplayMsg() (*nats.Msg, error) {
 		return nil, notReplayable(d.Seq, HeaderOriginalSubject+" is not a valid subject")
 	}
 	if d.EventID == "" {
-		return nil, notReplayable(d.Seq, "no "+HeaderEventID+" header")
+		return nil, notReplayable(d.Seq, "no "+producer.HeaderEventID+" header")
 	}
 	h := make(nats.Header, len(d.Header)+2)
 	for k, vs := range d.Header {
@@ -433,7 +434,7 @@ func (d DLQMessage) ReplayMsg() (*nats.Msg, error) {
 		h[k] = append([]string(nil), vs...)
 	}
 	seq := strconv.FormatUint(d.Seq, 10)
-	h.Set(HeaderEventID, d.EventID)
+	h.Set(producer.HeaderEventID, d.EventID)
 	h.Set(jetstream.MsgIDHeader, ReplayMsgID(d.EventID, d.Seq))
 	h.Set(HeaderReplayedFrom, seq)
 	return &nats.Msg{Subject: d.Subject, Header: h, Data: d.Data}, nil
@@ -466,7 +467,7 @@ func decodeDeadLetter(seq uint64, subject string, stored time.Time, h nats.Heade
 		Reason:         h.Get(HeaderReason),
 		Failure:        h.Get(HeaderFailure),
 		Error:          h.Get(HeaderError),
-		EventID:        h.Get(HeaderEventID),
+		EventID:        h.Get(producer.HeaderEventID),
 		Subject:        h.Get(HeaderOriginalSubject),
 		OriginalStream: h.Get(HeaderOriginalStream),
 		Header:         h,

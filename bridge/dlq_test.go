@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sotercare/jetbridge/internal/sinktest"
+	"github.com/sotercare/jetbridge/producer"
 )
 
 // dlqYAML has two routes to one destination: "ra" on events.info.a.> and
@@ -55,7 +56,7 @@ func rejectAll(t *testing.T, n int) (*harness, *sinktest.Sink, []dlqEvent) {
 			ev.route, ev.subject = "rb", fmt.Sprintf("events.critical.b.n%d", i)
 		}
 		ev.data = fmt.Appendf(nil, `{"n":%d}`, i)
-		h.publish(ev.subject, ev.id, ev.data, map[string]string{HeaderEventID: ev.id, "X-Custom": "c" + ev.id})
+		h.publish(ev.subject, ev.id, ev.data, map[string]string{producer.HeaderEventID: ev.id, "X-Custom": "c" + ev.id})
 		evs = append(evs, ev)
 	}
 	if got := h.waitOutcomes(n, settleWait, outcomeIs(OutcomeDeadLettered)); len(got) != n {
@@ -116,7 +117,7 @@ func storedByEventID(t *testing.T, h *harness) (all, replays map[string]int) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		id := m.Header.Get(HeaderEventID)
+		id := m.Header.Get(producer.HeaderEventID)
 		all[id]++
 		if m.Header.Get(HeaderReplayedFrom) != "" {
 			replays[id]++
@@ -334,10 +335,10 @@ func TestDLQReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantHdr := nats.Header{
-		HeaderEventID:         {first.EventID},
-		"X-Custom":            {"c" + first.EventID},
-		jetstream.MsgIDHeader: {first.EventID + ":replay:" + fmt.Sprint(first.Seq)},
-		HeaderReplayedFrom:    {fmt.Sprint(first.Seq)},
+		producer.HeaderEventID: {first.EventID},
+		"X-Custom":             {"c" + first.EventID},
+		jetstream.MsgIDHeader:  {first.EventID + ":replay:" + fmt.Sprint(first.Seq)},
+		HeaderReplayedFrom:     {fmt.Sprint(first.Seq)},
 		// the expectation that only the configured stream may store it
 		jetstream.ExpectedStreamHeader: {h.cfg.Stream.Name},
 	}
@@ -484,9 +485,9 @@ func TestDLQReplayMalformed(t *testing.T) {
 	h := startBridge(t, testConfig(t, dlqYAML, sink.URL()), faults{})
 	ctx := dlqCtx(t)
 	crafted := []nats.Header{
-		{HeaderRoute: {"ra"}, HeaderReason: {ReasonRejected}, HeaderEventID: {"no-subject"}},
+		{HeaderRoute: {"ra"}, HeaderReason: {ReasonRejected}, producer.HeaderEventID: {"no-subject"}},
 		{HeaderRoute: {"ra"}, HeaderReason: {ReasonRejected}, HeaderOriginalSubject: {"events.info.a.x"}},
-		{HeaderRoute: {"ra"}, HeaderReason: {ReasonRejected}, HeaderEventID: {"bad-subject"}, HeaderOriginalSubject: {"events.info.a.*"}},
+		{HeaderRoute: {"ra"}, HeaderReason: {ReasonRejected}, producer.HeaderEventID: {"bad-subject"}, HeaderOriginalSubject: {"events.info.a.*"}},
 	}
 	for _, hdr := range crafted {
 		if _, err := h.js.PublishMsg(ctx, &nats.Msg{Subject: "dlq.ra.events.info.a.x", Header: hdr, Data: []byte(`{}`)}); err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/sotercare/jetbridge/config"
 	"github.com/sotercare/jetbridge/internal/natstest"
 	"github.com/sotercare/jetbridge/internal/sinktest"
+	"github.com/sotercare/jetbridge/producer"
 	"github.com/sotercare/jetbridge/subjects"
 )
 
@@ -136,7 +137,7 @@ func guardRows() []guardRow {
 			want: "stored without its payload (size unknown); read it from EVENTS seq 42"},
 
 		// a header replay needs, after the guard
-		{name: "no event id", cfg: "events", route: "ra", subject: "events.info.a.x", hdr: map[string]string{HeaderEventID: ""}, want: "no Event-Id header", notGuard: true},
+		{name: "no event id", cfg: "events", route: "ra", subject: "events.info.a.x", hdr: map[string]string{producer.HeaderEventID: ""}, want: "no Event-Id header", notGuard: true},
 	}
 	return rows
 }
@@ -145,7 +146,7 @@ func guardRows() []guardRow {
 // dead-letter stream.
 func guardDeadLetter(r guardRow) DLQMessage {
 	h := nats.Header{}
-	h.Set(HeaderEventID, "ev-1")
+	h.Set(producer.HeaderEventID, "ev-1")
 	h.Set(HeaderOriginalStream, "EVENTS")
 	h.Set(HeaderOriginalSequence, "42")
 	h.Set(HeaderReason, ReasonRejected)
@@ -338,7 +339,7 @@ func plant(t testing.TB, js jetstream.JetStream, p planted) uint64 {
 	t.Helper()
 	h := nats.Header{}
 	for k, v := range map[string]string{
-		HeaderEventID: p.id, "Content-Type": "application/json",
+		producer.HeaderEventID: p.id, "Content-Type": "application/json",
 		HeaderReason: ReasonRejected, HeaderFailure: FailureDownstream, HeaderStatus: "400",
 		HeaderRoute: p.route, HeaderDestination: "d", HeaderDeliveries: "1",
 		HeaderOriginalSubject: p.subject, HeaderOriginalStream: "EVENTS", HeaderOriginalSequence: "1",
@@ -380,8 +381,8 @@ func checkReplayRefusals(t testing.TB, dangerous []planted, swap func(q *DLQ)) e
 	t.Cleanup(cancel)
 
 	// Given two events delivered for real, so the source stream has history
-	h.publish("events.info.a.pre1", "pre-1", []byte(`{}`), map[string]string{HeaderEventID: "pre-1"})
-	h.publish("events.critical.b.pre2", "pre-2", []byte(`{}`), map[string]string{HeaderEventID: "pre-2"})
+	h.publish("events.info.a.pre1", "pre-1", []byte(`{}`), map[string]string{producer.HeaderEventID: "pre-1"})
+	h.publish("events.critical.b.pre2", "pre-2", []byte(`{}`), map[string]string{producer.HeaderEventID: "pre-2"})
 	if got := h.waitOutcomes(2, settleWait, outcomeIs(OutcomeDelivered)); len(got) != 2 {
 		return fmt.Errorf("%d of 2 events delivered before the replay", len(got))
 	}

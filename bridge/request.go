@@ -19,16 +19,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sotercare/jetbridge/producer"
 	"github.com/sotercare/jetbridge/subjects"
-)
-
-// Headers producers set on events (CONTRACT 3).
-const (
-	HeaderEventID       = "Event-Id"
-	HeaderEventType     = "Event-Type"
-	HeaderEventSeverity = "Event-Severity"
-	HeaderMetaPrefix    = "Event-Meta-"
-	HeaderContentType   = "Content-Type"
 )
 
 // event is an inbound message as the bridge understands it: the message's
@@ -71,14 +63,14 @@ func parseEvent(m jetstream.Msg) (*event, error) {
 	if invalid == nil {
 		ev.Severity = sev
 	}
-	if v := h.Get(HeaderEventType); v != "" {
+	if v := h.Get(producer.HeaderEventType); v != "" {
 		ev.Type = v
 	}
-	if v := h.Get(HeaderContentType); v != "" {
+	if v := h.Get(producer.HeaderContentType); v != "" {
 		ev.ContentType = v
 	}
 	for k, vs := range h {
-		if key, ok := strings.CutPrefix(k, HeaderMetaPrefix); ok && key != "" && len(vs) > 0 {
+		if key, ok := strings.CutPrefix(k, producer.HeaderMetaPrefix); ok && key != "" && len(vs) > 0 {
 			if ev.Metadata == nil {
 				ev.Metadata = make(map[string]string)
 			}
@@ -90,7 +82,7 @@ func parseEvent(m jetstream.Msg) (*event, error) {
 
 // eventID is the Event-Id header, else Nats-Msg-Id, else STREAM:SEQ.
 func eventID(h nats.Header, stream string, seq uint64) string {
-	if v := h.Get(HeaderEventID); v != "" {
+	if v := h.Get(producer.HeaderEventID); v != "" {
 		return v
 	}
 	if v := h.Get(jetstream.MsgIDHeader); v != "" {
@@ -101,7 +93,7 @@ func eventID(h nats.Header, stream string, seq uint64) string {
 
 // severityOf reads Event-Severity; absent means the subject's severity.
 func severityOf(h nats.Header, fromSubject subjects.Severity) (subjects.Severity, error) {
-	v := h.Get(HeaderEventSeverity)
+	v := h.Get(producer.HeaderEventSeverity)
 	if v == "" {
 		return fromSubject, nil
 	}
@@ -110,17 +102,6 @@ func severityOf(h nats.Header, fromSubject subjects.Severity) (subjects.Severity
 		return "", &InvalidEventError{Reason: "Event-Severity is not INFO, WARNING or CRITICAL"}
 	}
 	return s, nil
-}
-
-// validHeaderValue reports whether v can be sent as an HTTP header value:
-// no control characters other than tab (so no CR or LF).
-func validHeaderValue(v string) bool {
-	for i := 0; i < len(v); i++ {
-		if c := v[i]; (c < ' ' && c != '\t') || c == 0x7f {
-			return false
-		}
-	}
-	return true
 }
 
 // Body formats.
@@ -150,11 +131,11 @@ type payload struct {
 // headers override them; event metadata never becomes a header.
 func buildPayload(ev *event, d *destination) (*payload, error) {
 	switch {
-	case !validHeaderValue(ev.ID):
+	case !producer.ValidHeaderValue(ev.ID):
 		return nil, &InvalidEventError{Reason: "Event-Id contains a control character"}
-	case !validHeaderValue(ev.Type):
+	case !producer.ValidHeaderValue(ev.Type):
 		return nil, &InvalidEventError{Reason: "Event-Type contains a control character"}
-	case !validHeaderValue(ev.ContentType):
+	case !producer.ValidHeaderValue(ev.ContentType):
 		return nil, &InvalidEventError{Reason: "Content-Type contains a control character"}
 	}
 	p := &payload{id: ev.ID}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sotercare/jetbridge/internal/sinktest"
+	"github.com/sotercare/jetbridge/producer"
 )
 
 const settleWait = 15 * time.Second
@@ -186,7 +187,7 @@ destinations:
 		t.Fatalf("%d dead letters, want 3", len(dl))
 	}
 	for _, m := range dl {
-		id := m.Header.Get(HeaderEventID)
+		id := m.Header.Get(producer.HeaderEventID)
 		want := map[string]string{
 			HeaderReason:           ReasonRejected,
 			HeaderFailure:          FailureDownstream,

@@ -18,6 +18,7 @@ import (
 	"github.com/sotercare/jetbridge/config"
 	"github.com/sotercare/jetbridge/internal/natstest"
 	"github.com/sotercare/jetbridge/internal/sinktest"
+	"github.com/sotercare/jetbridge/producer"
 )
 
 // The README's nats-server permissions (testdata/dlq-permissions.conf):
@@ -131,7 +132,7 @@ routes:
 	defer wcancel()
 
 	// The producer publishes an event; the bridge dead-letters it.
-	if _, err := bridge.NewPublisher(pjs, "events").Publish(wctx, bridge.Event{ID: "ev-1", Type: "order.created", Payload: []byte(`{}`)}); err != nil {
+	if _, err := producer.NewPublisher(pjs, "events").Publish(wctx, producer.Event{ID: "ev-1", Type: "order.created", Payload: []byte(`{}`)}); err != nil {
 		return fmt.Errorf("producer publishing an event: %w", err)
 	}
 	q := bridge.OpenDLQ(bjs, cfg)

@@ -14,6 +14,7 @@ import (
 	"github.com/sotercare/jetbridge/config"
 	"github.com/sotercare/jetbridge/internal/natstest"
 	"github.com/sotercare/jetbridge/internal/sinktest"
+	"github.com/sotercare/jetbridge/producer"
 )
 
 // A `bridge dlq replay` process killed by PID halfway, then run again:
@@ -50,9 +51,9 @@ routes:
 	go func() { done <- b.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	<-b.Ready()
-	pub := bridge.NewPublisher(js, "events")
+	pub := producer.NewPublisher(js, "events")
 	for i := range 30 {
-		if _, err := pub.Publish(ctx, bridge.Event{ID: fmt.Sprintf("e%02d", i), Type: "order.created", Payload: []byte(`{}`)}); err != nil {
+		if _, err := pub.Publish(ctx, producer.Event{ID: fmt.Sprintf("e%02d", i), Type: "order.created", Payload: []byte(`{}`)}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/sotercare/jetbridge/bridge"
 	"github.com/sotercare/jetbridge/config"
 	"github.com/sotercare/jetbridge/internal/embedded"
+	"github.com/sotercare/jetbridge/producer"
 	"github.com/sotercare/jetbridge/subjects"
 )
 
@@ -79,9 +80,9 @@ routes:
 	}
 	defer stopBridge()
 
-	p := bridge.NewPublisher(js, "events")
+	p := producer.NewPublisher(js, "events")
 	for _, id := range []string{"order-1", "order-1", "order-2", "order-3"} {
-		res, err := p.Publish(ctx, bridge.Event{ID: id, Type: "order.created", Payload: []byte(`{"total":42}`)})
+		res, err := p.Publish(ctx, producer.Event{ID: id, Type: "order.created", Payload: []byte(`{"total":42}`)})
 		if err != nil {
 			fmt.Println(err)
 			return
@@ -215,9 +216,9 @@ routes:
 		}
 		return subjects.Info
 	}
-	p := bridge.NewPublisher(js, "events")
+	p := producer.NewPublisher(js, "events")
 	for i, celsius := range []float64{55, 65, 85, 72, 90, 40} {
-		res, err := p.Publish(ctx, bridge.Event{
+		res, err := p.Publish(ctx, producer.Event{
 			ID:       fmt.Sprintf("t-%d", i+1),
 			Type:     "iot.temperature",
 			Severity: classify(celsius),

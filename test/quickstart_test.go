@@ -20,10 +20,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sotercare/jetbridge/bridge"
 	"github.com/sotercare/jetbridge/config"
 	"github.com/sotercare/jetbridge/internal/natstest"
 	"github.com/sotercare/jetbridge/internal/sinktest"
+	"github.com/sotercare/jetbridge/producer"
 )
 
 const (
@@ -64,7 +64,7 @@ func TestQuickstart(t *testing.T) {
 	payload := fmt.Sprintf(`{"order":42,"note":%q}`, canary)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
-	res, err := bridge.NewPublisher(js, "events").Publish(ctx, bridge.Event{
+	res, err := producer.NewPublisher(js, "events").Publish(ctx, producer.Event{
 		ID: id, Type: "order.created", Payload: []byte(payload),
 	})
 	if err != nil {

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sotercare/jetbridge/bridge"
 	"github.com/sotercare/jetbridge/config"
 	"github.com/sotercare/jetbridge/internal/natstest"
+	"github.com/sotercare/jetbridge/producer"
 )
 
 // readmeSecret is the example signing secret of config/signed.yaml and the
@@ -63,7 +63,7 @@ func TestSigningWalkthrough(t *testing.T) {
 			id := "signed-" + rand.Text()
 			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 			defer cancel()
-			if _, err := bridge.NewPublisher(js, "events").Publish(ctx, bridge.Event{
+			if _, err := producer.NewPublisher(js, "events").Publish(ctx, producer.Event{
 				ID: id, Type: "order.created", Payload: []byte(`{"order":42}`),
 			}); err != nil {
 				t.Fatalf("publish: %v", err)

@@ -24,6 +24,7 @@ import (
 	"github.com/sotercare/jetbridge/internal/natstest"
 	"github.com/sotercare/jetbridge/internal/sinktest"
 	"github.com/sotercare/jetbridge/internal/sotercare"
+	"github.com/sotercare/jetbridge/producer"
 	"github.com/sotercare/jetbridge/subjects"
 )
 
@@ -104,7 +105,7 @@ func startCare(t *testing.T, script sinktest.Script) *careEnv {
 	// reading published while JetStream is away fails at once.
 	var js jetstream.JetStream
 	e.api, js = natstest.Connect(t, e.srv.URL(), nats.ReconnectBufSize(-1))
-	hs := httptest.NewServer(sotercare.NewHandler(bridge.NewPublisher(js, "events"),
+	hs := httptest.NewServer(sotercare.NewHandler(producer.NewPublisher(js, "events"),
 		sotercare.Options{PublishTimeout: time.Second}))
 	t.Cleanup(hs.Close)
 	e.apiURL = hs.URL

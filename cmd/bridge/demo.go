@@ -29,6 +29,7 @@ import (
 	"github.com/sotercare/jetbridge/bridge"
 	"github.com/sotercare/jetbridge/config"
 	"github.com/sotercare/jetbridge/internal/sotercare"
+	"github.com/sotercare/jetbridge/producer"
 )
 
 // The demo's timing. The default duration plus the longest drain stays
@@ -240,7 +241,7 @@ func (d *demo) run(ctx context.Context) error {
 	stopPrinter := make(chan struct{})
 	go func() { defer close(printerDone); d.printProgress(stopPrinter) }()
 
-	d.produce(ctx, bridge.NewPublisher(conn.js, "events"))
+	d.produce(ctx, producer.NewPublisher(conn.js, "events"))
 	d.tally.note("producers stopped; waiting for the bridge to settle every stored event")
 	drained := d.drain(ctx)
 	close(stopPrinter)
@@ -261,7 +262,7 @@ func (d *demo) at(frac float64) string {
 
 // produce runs the devices until the duration has passed (or ctx ends),
 // and switches the notifier outage on and off on the way.
-func (d *demo) produce(ctx context.Context, p *bridge.Publisher) {
+func (d *demo) produce(ctx context.Context, p *producer.Publisher) {
 	pctx, cancel := context.WithTimeout(ctx, d.duration)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -295,7 +296,7 @@ func (d *demo) produce(ctx context.Context, p *bridge.Publisher) {
 // device publishes one reading per tick through SoterCare's Submit, and
 // now and then the previous one again (a device retrying after a lost
 // answer), which JetStream refuses as a duplicate.
-func (d *demo) device(ctx context.Context, p *bridge.Publisher, i int, dev string) {
+func (d *demo) device(ctx context.Context, p *producer.Publisher, i int, dev string) {
 	rng := rand.New(rand.NewPCG(d.seed, uint64(i)))
 	tick := time.NewTicker(demoTick)
 	defer tick.Stop()
@@ -467,7 +468,7 @@ func (d *demo) report(drained bool, dead []*jetstream.RawStreamMsg, dlqErr error
 				status = "-"
 			}
 			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", m.Sequence, h.Get(bridge.HeaderRoute), h.Get(bridge.HeaderReason),
-				status, h.Get(bridge.HeaderEventID), h.Get(bridge.HeaderOriginalSubject))
+				status, h.Get(producer.HeaderEventID), h.Get(bridge.HeaderOriginalSubject))
 		}
 		_ = tw.Flush()
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/sotercare/jetbridge/bridge"
 	"github.com/sotercare/jetbridge/internal/natstest"
 	"github.com/sotercare/jetbridge/internal/sinktest"
+	"github.com/sotercare/jetbridge/producer"
 )
 
 // refusalConfig is dlqConfig with idempotency on route ra, so the
@@ -311,7 +312,7 @@ func TestDLQTerminalEscaping(t *testing.T) {
 		{bridge.HeaderOriginalSubject, hostile.subject},
 		{bridge.HeaderOriginalStream, "EVENTS"},
 		{bridge.HeaderRoute, "ra"},
-		{bridge.HeaderEventID, hostile.eventID},
+		{producer.HeaderEventID, hostile.eventID},
 		{hostile.key, hostile.value},
 		{"X-Long", hostile.long},
 	}, hostile.payload)

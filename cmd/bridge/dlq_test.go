@@ -22,6 +22,7 @@ import (
 	"github.com/sotercare/jetbridge/config"
 	"github.com/sotercare/jetbridge/internal/natstest"
 	"github.com/sotercare/jetbridge/internal/sinktest"
+	"github.com/sotercare/jetbridge/producer"
 )
 
 // dlqConfig has two routes, "ra" on events.info.a.> and "rb" on
@@ -128,7 +129,7 @@ func (e *dlqEnv) reject(subject string) string {
 	e.t.Helper()
 	e.n++
 	id := fmt.Sprintf("ev-%d", e.n)
-	_, err := bridge.NewPublisher(e.js, "events").Publish(e.ctx(), bridge.Event{ID: id, Subject: subject, Payload: []byte(`{"n":1}`)})
+	_, err := producer.NewPublisher(e.js, "events").Publish(e.ctx(), producer.Event{ID: id, Subject: subject, Payload: []byte(`{"n":1}`)})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -142,7 +143,7 @@ func (e *dlqEnv) craft(route, subject, id string, data []byte, extra map[string]
 	e.t.Helper()
 	h := nats.Header{}
 	for k, v := range map[string]string{
-		bridge.HeaderEventID: id, "Event-Type": "a.x", "Event-Severity": "INFO", "Content-Type": "application/json",
+		producer.HeaderEventID: id, "Event-Type": "a.x", "Event-Severity": "INFO", "Content-Type": "application/json",
 		jetstream.MsgIDHeader:         bridge.DeadLetterMsgID(route, "EVENTS", uint64(1000+e.n)),
 		bridge.HeaderReason:           bridge.ReasonMaxDeliveries,
 		bridge.HeaderFailure:          bridge.FailureTransport,

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sotercare/jetbridge/bridge"
+	"github.com/sotercare/jetbridge/producer"
 )
 
 // connName is the client connection name the server shows.
@@ -145,7 +145,7 @@ func redactURL(raw string) string {
 // conn is a connection to JetStream with a publisher on top.
 type conn struct {
 	nc      *nats.Conn
-	pub     *bridge.Publisher
+	pub     *producer.Publisher
 	secrets []string
 }
 
@@ -165,21 +165,21 @@ func connect(o *options) (*conn, error) {
 		nc.Close()
 		return nil, c.scrub(fmt.Errorf("JetStream at %s: %w", redactURL(o.url), err))
 	}
-	c.nc, c.pub = nc, bridge.NewPublisher(js, o.root)
+	c.nc, c.pub = nc, producer.NewPublisher(js, o.root)
 	return c, nil
 }
 
 func (c *conn) close() { c.nc.Close() }
 
 // publish publishes ev, whose subject is subject, and waits for the ack.
-func (c *conn) publish(ev bridge.Event, subject string) (bridge.PublishResult, error) {
+func (c *conn) publish(ev producer.Event, subject string) (producer.PublishResult, error) {
 	ctx, cancel := publishCtx()
 	defer cancel()
 	res, err := c.pub.Publish(ctx, ev)
 	switch {
 	case err == nil:
 		return res, nil
-	case errors.Is(err, bridge.ErrNoStream):
+	case errors.Is(err, producer.ErrNoStream):
 		return res, fmt.Errorf("no stream captures subject %s (is the bridge running, or the stream created?)", subject)
 	case ctx.Err() != nil:
 		return res, fmt.Errorf("%s: %w", subject, context.Cause(ctx))

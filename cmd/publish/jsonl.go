@@ -10,7 +10,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/sotercare/jetbridge/bridge"
+	"github.com/sotercare/jetbridge/producer"
 	"github.com/sotercare/jetbridge/subjects"
 )
 
@@ -52,7 +52,7 @@ func publishJSONL(o *options, pos []string, stdin io.Reader, stdout io.Writer) e
 		r, where = f, o.jsonl+": "
 	}
 
-	check := bridge.NewPublisher(nil, o.root) // renders without a connection
+	check := producer.NewPublisher(nil, o.root) // renders without a connection
 	var c *conn
 	defer func() {
 		if c != nil {
@@ -78,7 +78,7 @@ func publishJSONL(o *options, pos []string, stdin io.Reader, stdout io.Writer) e
 			if err != nil {
 				return lineErr(errors.New(trimBridge(err)))
 			}
-			ev.ID = msg.Header.Get(bridge.HeaderEventID)
+			ev.ID = msg.Header.Get(producer.HeaderEventID)
 			if c == nil {
 				if c, err = connect(o); err != nil {
 					return err
@@ -101,9 +101,9 @@ func publishJSONL(o *options, pos []string, stdin io.Reader, stdout io.Writer) e
 
 // decodeLine decodes and checks one non-blank line. Its errors never
 // quote the payload.
-func decodeLine(line []byte) (bridge.Event, error) {
+func decodeLine(line []byte) (producer.Event, error) {
 	if line[0] != '{' {
-		return bridge.Event{}, errors.New("not a JSON object")
+		return producer.Event{}, errors.New("not a JSON object")
 	}
 	dec := json.NewDecoder(bytes.NewReader(line))
 	dec.DisallowUnknownFields()
@@ -111,22 +111,22 @@ func decodeLine(line []byte) (bridge.Event, error) {
 	if err := dec.Decode(&l); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
-			return bridge.Event{}, fmt.Errorf("field %q: want a %s, got a JSON %s", te.Field, te.Type, te.Value)
+			return producer.Event{}, fmt.Errorf("field %q: want a %s, got a JSON %s", te.Field, te.Type, te.Value)
 		}
-		return bridge.Event{}, fmt.Errorf("invalid JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
+		return producer.Event{}, fmt.Errorf("invalid JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return bridge.Event{}, errors.New("invalid JSON: data after the object")
+		return producer.Event{}, errors.New("invalid JSON: data after the object")
 	}
 	if l.Type == "" && l.Subject == "" {
-		return bridge.Event{}, errors.New(`give "type" or "subject"`)
+		return producer.Event{}, errors.New(`give "type" or "subject"`)
 	}
 	var sev subjects.Severity
 	switch {
 	case l.Severity != "":
 		s, err := parseSeverity(l.Severity)
 		if err != nil {
-			return bridge.Event{}, fmt.Errorf("severity %w", err)
+			return producer.Event{}, fmt.Errorf("severity %w", err)
 		}
 		sev = s
 	}
@@ -134,7 +134,7 @@ func decodeLine(line []byte) (bridge.Event, error) {
 	if l.Payload == nil {
 		payload = []byte(defaultPayload)
 	}
-	return bridge.Event{
+	return producer.Event{
 		ID: l.ID, Type: l.Type, Severity: sev, Subject: l.Subject,
 		Metadata: l.Metadata, Payload: payload,
 	}, nil

@@ -22,7 +22,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sotercare/jetbridge/bridge"
+	"github.com/sotercare/jetbridge/producer"
 	"github.com/sotercare/jetbridge/subjects"
 )
 
@@ -196,11 +196,11 @@ func publish(args []string, stdin io.Reader, stdout io.Writer) error {
 	}
 	// Render the message once without a connection: it validates the
 	// event (bad usage) and fixes its id and subject.
-	msg, err := bridge.NewPublisher(nil, o.root).Message(ev)
+	msg, err := producer.NewPublisher(nil, o.root).Message(ev)
 	if err != nil {
 		return &usageError{msg: flagOf(err) + trimBridge(err)}
 	}
-	ev.ID = msg.Header.Get(bridge.HeaderEventID)
+	ev.ID = msg.Header.Get(producer.HeaderEventID)
 	if ev.Payload, err = o.payload(pos, stdin); err != nil {
 		return err
 	}
@@ -217,41 +217,41 @@ func publish(args []string, stdin io.Reader, stdout io.Writer) error {
 }
 
 // event builds the event of the flags, without its payload.
-func (o *options) event(pos []string) (bridge.Event, error) {
+func (o *options) event(pos []string) (producer.Event, error) {
 	switch {
 	case len(pos) > 1:
-		return bridge.Event{}, usagef("expected at most one PAYLOAD argument, got %d (quote a payload with spaces)", len(pos))
+		return producer.Event{}, usagef("expected at most one PAYLOAD argument, got %d (quote a payload with spaces)", len(pos))
 	case len(pos) == 1 && o.set["file"]:
-		return bridge.Event{}, usagef("give the payload either as PAYLOAD or with --file, not both")
+		return producer.Event{}, usagef("give the payload either as PAYLOAD or with --file, not both")
 	case o.set["file"] && o.file == "":
-		return bridge.Event{}, usagef("--file: empty path (use - for stdin)")
+		return producer.Event{}, usagef("--file: empty path (use - for stdin)")
 	case o.typ == "" && o.subject == "":
-		return bridge.Event{}, usagef("give --type or --subject (see publish -h)")
+		return producer.Event{}, usagef("give --type or --subject (see publish -h)")
 	}
 	sev, err := parseSeverity(o.severity)
 	if err != nil {
-		return bridge.Event{}, &usageError{msg: "--severity: " + err.Error()}
+		return producer.Event{}, &usageError{msg: "--severity: " + err.Error()}
 	}
 	if o.subject != "" && !o.set["severity"] {
 		sev = "" // the publisher's default: the subject's severity, else INFO
 	}
 	if o.subject != "" {
 		if err := subjects.ValidateSubject(o.subject); err != nil {
-			return bridge.Event{}, &usageError{msg: "--subject: " + err.Error()}
+			return producer.Event{}, &usageError{msg: "--subject: " + err.Error()}
 		}
 	} else {
 		if err := subjects.ValidateSubject(o.root); err != nil {
-			return bridge.Event{}, &usageError{msg: "--root: " + err.Error()}
+			return producer.Event{}, &usageError{msg: "--root: " + err.Error()}
 		}
 		if _, err := subjects.Name(o.root, sev, o.typ); err != nil {
-			return bridge.Event{}, &usageError{msg: "--type: " + err.Error()}
+			return producer.Event{}, &usageError{msg: "--type: " + err.Error()}
 		}
 	}
 	meta, err := parseMeta(o.meta)
 	if err != nil {
-		return bridge.Event{}, err
+		return producer.Event{}, err
 	}
-	return bridge.Event{ID: o.id, Type: o.typ, Severity: sev, Subject: o.subject, Metadata: meta}, nil
+	return producer.Event{ID: o.id, Type: o.typ, Severity: sev, Subject: o.subject, Metadata: meta}, nil
 }
 
 // payload reads the event data: PAYLOAD, --file, or the default.
@@ -339,7 +339,7 @@ type result struct {
 }
 
 // printResult prints one event's outcome.
-func printResult(w io.Writer, asJSON bool, r bridge.PublishResult) error {
+func printResult(w io.Writer, asJSON bool, r producer.PublishResult) error {
 	var err error
 	if asJSON {
 		var b []byte

@@ -29,8 +29,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/sotercare/jetbridge/bridge"
 	"github.com/sotercare/jetbridge/internal/sotercare"
+	"github.com/sotercare/jetbridge/producer"
 )
 
 // shutdownTimeout bounds the wait for requests in progress on shutdown.
@@ -120,7 +120,7 @@ func serve(ctx context.Context, listen, natsURL, root string, timeout time.Durat
 	if err != nil {
 		return err
 	}
-	h := sotercare.NewHandler(bridge.NewPublisher(js, root), sotercare.Options{Logger: log, PublishTimeout: timeout})
+	h := sotercare.NewHandler(producer.NewPublisher(js, root), sotercare.Options{Logger: log, PublishTimeout: timeout})
 
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
 
-	"github.com/sotercare/jetbridge/bridge"
+	"github.com/sotercare/jetbridge/producer"
 )
 
 // Error codes of the API.
@@ -57,12 +57,12 @@ type APIError struct {
 //	                     BROKER_UNAVAILABLE (not stored: retry with the
 //	                     same eventId)
 //	GET  /api/v1/health  200 {"status":"UP"}
-func NewHandler(p *bridge.Publisher, opts Options) http.Handler {
+func NewHandler(p *producer.Publisher, opts Options) http.Handler {
 	return newHandler(p, opts, decodeReading)
 }
 
 // newHandler is NewHandler reading request bodies with decode.
-func newHandler(p *bridge.Publisher, opts Options, decode func(io.Reader) (Reading, error)) http.Handler {
+func newHandler(p *producer.Publisher, opts Options, decode func(io.Reader) (Reading, error)) http.Handler {
 	if opts.PublishTimeout <= 0 {
 		opts.PublishTimeout = DefaultPublishTimeout
 	}
@@ -76,7 +76,7 @@ func newHandler(p *bridge.Publisher, opts Options, decode func(io.Reader) (Readi
 }
 
 type api struct {
-	p      *bridge.Publisher
+	p      *producer.Publisher
 	opts   Options
 	decode func(io.Reader) (Reading, error) // decodeReading
 }

@@ -13,8 +13,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sotercare/jetbridge/bridge"
 	"github.com/sotercare/jetbridge/internal/natstest"
+	"github.com/sotercare/jetbridge/producer"
 )
 
 // apiEnv is the API on httptest, publishing to an embedded JetStream with
@@ -43,7 +43,7 @@ func startAPIDecoding(t *testing.T, withStream bool, decode func(io.Reader) (Rea
 			t.Fatal(err)
 		}
 	}
-	h := newHandler(bridge.NewPublisher(js, "events"), Options{PublishTimeout: 2 * time.Second}, decode)
+	h := newHandler(producer.NewPublisher(js, "events"), Options{PublishTimeout: 2 * time.Second}, decode)
 	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
 	return &apiEnv{url: hs.URL, js: js}

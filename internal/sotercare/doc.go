@@ -1,6 +1,6 @@
 // Package sotercare is the SoterCare domain: it validates sensor readings,
 // classifies them into a care severity and a care route, and publishes
-// every valid reading to JetStream through the public bridge.Publisher. Its
+// every valid reading to JetStream through the public producer.Publisher. Its
 // HTTP API (Handler) is POST /api/v1/events and GET /api/v1/health.
 //
 // SoterCare is a producer only: it never calls a caregiver itself. The

@@ -8,7 +8,7 @@ import (
 
 	"github.com/nats-io/nuid"
 
-	"github.com/sotercare/jetbridge/bridge"
+	"github.com/sotercare/jetbridge/producer"
 )
 
 // Errors of Submit besides *InvalidError. Match them with errors.Is.
@@ -47,12 +47,12 @@ type Alert struct {
 // event id (Nats-Msg-Id and Event-Id), type care.<route>.<eventType>, the
 // bridge severity, the Alert as payload, and deviceId, careSeverity and
 // correlationId as metadata.
-func Event(r Reading, c Classification, correlationID string) (bridge.Event, error) {
+func Event(r Reading, c Classification, correlationID string) (producer.Event, error) {
 	payload, err := json.Marshal(Alert{Reading: r, CareSeverity: c.Severity, RoutedTo: c.Route, CorrelationID: correlationID})
 	if err != nil {
-		return bridge.Event{}, err
+		return producer.Event{}, err
 	}
-	return bridge.Event{
+	return producer.Event{
 		ID:       r.EventID,
 		Type:     c.EventType(r),
 		Severity: c.Severity.Bridge(),
@@ -74,7 +74,7 @@ func Event(r Reading, c Classification, correlationID string) (bridge.Event, err
 //     sequence): nothing stored;
 //   - an error matching ErrBrokerUnavailable: nothing stored, as far as
 //     SoterCare can tell; retry with the same eventId.
-func Submit(ctx context.Context, p *bridge.Publisher, r Reading, correlationID string) (Receipt, error) {
+func Submit(ctx context.Context, p *producer.Publisher, r Reading, correlationID string) (Receipt, error) {
 	c, err := Classify(r)
 	if err != nil {
 		return Receipt{}, err

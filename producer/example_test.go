@@ -1,4 +1,4 @@
-package bridge_test
+package producer_test
 
 import (
 	"context"
@@ -11,8 +11,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sotercare/jetbridge/bridge"
 	"github.com/sotercare/jetbridge/internal/embedded"
+	"github.com/sotercare/jetbridge/producer"
 	"github.com/sotercare/jetbridge/subjects"
 )
 
@@ -51,8 +51,8 @@ func ExamplePublisher_Publish() {
 		return
 	}
 
-	p := bridge.NewPublisher(js, "events")
-	ev := bridge.Event{
+	p := producer.NewPublisher(js, "events")
+	ev := producer.Event{
 		ID:       "fall-42",
 		Type:     "sensor.fall",
 		Severity: subjects.Critical,
@@ -77,8 +77,8 @@ func ExamplePublisher_Publish() {
 
 // Message shows what Publish sends, without a connection.
 func ExamplePublisher_Message() {
-	p := bridge.NewPublisher(nil, "events")
-	msg, err := p.Message(bridge.Event{
+	p := producer.NewPublisher(nil, "events")
+	msg, err := p.Message(producer.Event{
 		ID:       "fall-42",
 		Type:     "sensor.fall",
 		Severity: subjects.Critical,

@@ -1,4 +1,4 @@
-package bridge_test
+package producer_test
 
 import (
 	"errors"
@@ -12,8 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sotercare/jetbridge/bridge"
 	"github.com/sotercare/jetbridge/internal/natstest"
+	"github.com/sotercare/jetbridge/producer"
 	"github.com/sotercare/jetbridge/subjects"
 )
 
@@ -21,7 +21,7 @@ func TestPublisherMessage(t *testing.T) {
 	tests := []struct {
 		name        string
 		root        string
-		ev          bridge.Event
+		ev          producer.Event
 		wantSubject string
 		wantHeader  nats.Header // exactly the headers of the message
 		wantErr     error       // matched with errors.Is; errAny for any error
@@ -29,7 +29,7 @@ func TestPublisherMessage(t *testing.T) {
 		{
 			name:        "subject from root, severity and type",
 			root:        "events",
-			ev:          bridge.Event{ID: "e-1", Type: "sensor.fall", Severity: subjects.Critical, Payload: []byte(`{"a":1}`)},
+			ev:          producer.Event{ID: "e-1", Type: "sensor.fall", Severity: subjects.Critical, Payload: []byte(`{"a":1}`)},
 			wantSubject: "events.critical.sensor.fall",
 			wantHeader: nats.Header{
 				"Nats-Msg-Id": {"e-1"}, "Event-Id": {"e-1"}, "Event-Type": {"sensor.fall"},
@@ -38,7 +38,7 @@ func TestPublisherMessage(t *testing.T) {
 		},
 		{
 			name:        "empty root means events, default severity INFO",
-			ev:          bridge.Event{ID: "e-2", Type: "order.created"},
+			ev:          producer.Event{ID: "e-2", Type: "order.created"},
 			wantSubject: "events.info.order.created",
 			wantHeader: nats.Header{
 				"Nats-Msg-Id": {"e-2"}, "Event-Id": {"e-2"}, "Event-Type": {"order.created"},
@@ -48,7 +48,7 @@ func TestPublisherMessage(t *testing.T) {
 		{
 			name:        "custom root, severity in any case",
 			root:        "care.home",
-			ev:          bridge.Event{ID: "e-3", Type: "door.open", Severity: "warning"},
+			ev:          producer.Event{ID: "e-3", Type: "door.open", Severity: "warning"},
 			wantSubject: "care.home.warning.door.open",
 			wantHeader: nats.Header{
 				"Nats-Msg-Id": {"e-3"}, "Event-Id": {"e-3"}, "Event-Type": {"door.open"},
@@ -58,7 +58,7 @@ func TestPublisherMessage(t *testing.T) {
 		{
 			name:        "explicit subject is used as is, with the given type",
 			root:        "events",
-			ev:          bridge.Event{ID: "e-4", Type: "care.note", Subject: "notes.ward7", Severity: subjects.Warning},
+			ev:          producer.Event{ID: "e-4", Type: "care.note", Subject: "notes.ward7", Severity: subjects.Warning},
 			wantSubject: "notes.ward7",
 			wantHeader: nats.Header{
 				"Nats-Msg-Id": {"e-4"}, "Event-Id": {"e-4"}, "Event-Type": {"care.note"},
@@ -67,7 +67,7 @@ func TestPublisherMessage(t *testing.T) {
 		},
 		{
 			name:        "event type derived from a scheme subject",
-			ev:          bridge.Event{ID: "e-5", Subject: "events.critical.sensor.fall", Severity: subjects.Critical},
+			ev:          producer.Event{ID: "e-5", Subject: "events.critical.sensor.fall", Severity: subjects.Critical},
 			wantSubject: "events.critical.sensor.fall",
 			wantHeader: nats.Header{
 				"Nats-Msg-Id": {"e-5"}, "Event-Id": {"e-5"}, "Event-Type": {"sensor.fall"},
@@ -76,7 +76,7 @@ func TestPublisherMessage(t *testing.T) {
 		},
 		{
 			name:        "event type of a subject outside the scheme is the subject",
-			ev:          bridge.Event{ID: "e-6", Subject: "orders.created"},
+			ev:          producer.Event{ID: "e-6", Subject: "orders.created"},
 			wantSubject: "orders.created",
 			wantHeader: nats.Header{
 				"Nats-Msg-Id": {"e-6"}, "Event-Id": {"e-6"}, "Event-Type": {"orders.created"},
@@ -85,7 +85,7 @@ func TestPublisherMessage(t *testing.T) {
 		},
 		{
 			name: "metadata keys kept as given, content type as given",
-			ev: bridge.Event{
+			ev: producer.Event{
 				ID: "e-7", Type: "sensor.fall", ContentType: "text/plain; charset=utf-8",
 				Metadata: map[string]string{"room": "12", "X-Trace": "abc", "ward_ID": "7", "note": "tab\tok"},
 			},
@@ -97,23 +97,23 @@ func TestPublisherMessage(t *testing.T) {
 				"Event-Meta-note": {"tab\tok"},
 			},
 		},
-		{name: "invalid severity", ev: bridge.Event{Type: "a", Severity: "loud"}, wantErr: subjects.ErrInvalid},
-		{name: "invalid subject", ev: bridge.Event{Subject: "events.*.fall"}, wantErr: subjects.ErrInvalid},
-		{name: "subject with an empty token", ev: bridge.Event{Subject: "events..fall"}, wantErr: subjects.ErrInvalid},
-		{name: "invalid type", ev: bridge.Event{Type: "sensor fall"}, wantErr: subjects.ErrInvalid},
-		{name: "type with a wildcard", ev: bridge.Event{Type: "sensor.>"}, wantErr: subjects.ErrInvalid},
-		{name: "invalid root", root: "a b", ev: bridge.Event{Type: "x"}, wantErr: subjects.ErrInvalid},
-		{name: "neither type nor subject", ev: bridge.Event{ID: "x"}, wantErr: errAny},
-		{name: "metadata key with a space", ev: bridge.Event{Type: "a", Metadata: map[string]string{"a b": "1"}}, wantErr: errAny},
-		{name: "metadata key with a colon", ev: bridge.Event{Type: "a", Metadata: map[string]string{"a:b": "1"}}, wantErr: errAny},
-		{name: "empty metadata key", ev: bridge.Event{Type: "a", Metadata: map[string]string{"": "1"}}, wantErr: errAny},
-		{name: "metadata value with CRLF", ev: bridge.Event{Type: "a", Metadata: map[string]string{"k": "1\r\nX-Injected: 1"}}, wantErr: errAny},
-		{name: "id with a newline", ev: bridge.Event{ID: "a\nb", Type: "a"}, wantErr: errAny},
-		{name: "type with a control character", ev: bridge.Event{Subject: "events.info.a", Type: "a\x00"}, wantErr: errAny},
+		{name: "invalid severity", ev: producer.Event{Type: "a", Severity: "loud"}, wantErr: subjects.ErrInvalid},
+		{name: "invalid subject", ev: producer.Event{Subject: "events.*.fall"}, wantErr: subjects.ErrInvalid},
+		{name: "subject with an empty token", ev: producer.Event{Subject: "events..fall"}, wantErr: subjects.ErrInvalid},
+		{name: "invalid type", ev: producer.Event{Type: "sensor fall"}, wantErr: subjects.ErrInvalid},
+		{name: "type with a wildcard", ev: producer.Event{Type: "sensor.>"}, wantErr: subjects.ErrInvalid},
+		{name: "invalid root", root: "a b", ev: producer.Event{Type: "x"}, wantErr: subjects.ErrInvalid},
+		{name: "neither type nor subject", ev: producer.Event{ID: "x"}, wantErr: errAny},
+		{name: "metadata key with a space", ev: producer.Event{Type: "a", Metadata: map[string]string{"a b": "1"}}, wantErr: errAny},
+		{name: "metadata key with a colon", ev: producer.Event{Type: "a", Metadata: map[string]string{"a:b": "1"}}, wantErr: errAny},
+		{name: "empty metadata key", ev: producer.Event{Type: "a", Metadata: map[string]string{"": "1"}}, wantErr: errAny},
+		{name: "metadata value with CRLF", ev: producer.Event{Type: "a", Metadata: map[string]string{"k": "1\r\nX-Injected: 1"}}, wantErr: errAny},
+		{name: "id with a newline", ev: producer.Event{ID: "a\nb", Type: "a"}, wantErr: errAny},
+		{name: "type with a control character", ev: producer.Event{Subject: "events.info.a", Type: "a\x00"}, wantErr: errAny},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			msg, err := bridge.NewPublisher(nil, tt.root).Message(tt.ev)
+			msg, err := producer.NewPublisher(nil, tt.root).Message(tt.ev)
 
 			if tt.wantErr != nil {
 				if err == nil {
@@ -156,14 +156,14 @@ func assertNoValues(t *testing.T, err error, md map[string]string) {
 }
 
 func TestPublisherMessageGeneratesID(t *testing.T) {
-	p := bridge.NewPublisher(nil, "events")
+	p := producer.NewPublisher(nil, "events")
 	ids := map[string]bool{}
 	for range 2 {
-		msg, err := p.Message(bridge.Event{Type: "a"})
+		msg, err := p.Message(producer.Event{Type: "a"})
 		if err != nil {
 			t.Fatalf("Message: %v", err)
 		}
-		id := msg.Header.Get(bridge.HeaderEventID)
+		id := msg.Header.Get(producer.HeaderEventID)
 		if id == "" || msg.Header.Get(jetstream.MsgIDHeader) != id {
 			t.Fatalf("Event-Id %q, Nats-Msg-Id %q: want the same new id", id, msg.Header.Get(jetstream.MsgIDHeader))
 		}
@@ -176,7 +176,7 @@ func TestPublisherMessageGeneratesID(t *testing.T) {
 
 // startPublisher starts an embedded JetStream with the stream EVENTS on
 // events.> (one-minute duplicate window) and returns a publisher on it.
-func startPublisher(t *testing.T) (*bridge.Publisher, jetstream.Stream) {
+func startPublisher(t *testing.T) (*producer.Publisher, jetstream.Stream) {
 	t.Helper()
 	srv := natstest.Start(t)
 	_, js := natstest.Connect(t, srv.URL())
@@ -186,12 +186,12 @@ func startPublisher(t *testing.T) (*bridge.Publisher, jetstream.Stream) {
 	if err != nil {
 		t.Fatalf("CreateStream: %v", err)
 	}
-	return bridge.NewPublisher(js, "events"), s
+	return producer.NewPublisher(js, "events"), s
 }
 
 func TestPublisherPublishDuplicate(t *testing.T) {
 	p, s := startPublisher(t)
-	ev := bridge.Event{ID: "fall-1", Type: "sensor.fall", Severity: subjects.Critical, Payload: []byte(`{}`)}
+	ev := producer.Event{ID: "fall-1", Type: "sensor.fall", Severity: subjects.Critical, Payload: []byte(`{}`)}
 
 	// Given an event stored once, when the same id is published again
 	// inside the duplicate window, then JetStream refuses it as a duplicate
@@ -204,12 +204,12 @@ func TestPublisherPublishDuplicate(t *testing.T) {
 	if err != nil {
 		t.Fatalf("second Publish: %v", err)
 	}
-	other, err := p.Publish(t.Context(), bridge.Event{ID: "fall-2", Type: "sensor.fall", Severity: subjects.Critical})
+	other, err := p.Publish(t.Context(), producer.Event{ID: "fall-2", Type: "sensor.fall", Severity: subjects.Critical})
 	if err != nil {
 		t.Fatalf("third Publish: %v", err)
 	}
 
-	want := bridge.PublishResult{ID: "fall-1", Subject: "events.critical.sensor.fall", Stream: "EVENTS", Seq: 1}
+	want := producer.PublishResult{ID: "fall-1", Subject: "events.critical.sensor.fall", Stream: "EVENTS", Seq: 1}
 	if first != want {
 		t.Errorf("first = %+v, want %+v", first, want)
 	}
@@ -232,7 +232,7 @@ func TestPublisherPublishDuplicate(t *testing.T) {
 func TestPublisherPublishStoresHeaders(t *testing.T) {
 	p, s := startPublisher(t)
 
-	res, err := p.Publish(t.Context(), bridge.Event{
+	res, err := p.Publish(t.Context(), producer.Event{
 		Type: "door.open", Severity: subjects.Warning, Payload: []byte(`{"door":"front"}`),
 		Metadata: map[string]string{"room": "12"},
 	})
@@ -244,9 +244,9 @@ func TestPublisherPublishStoresHeaders(t *testing.T) {
 	if err != nil {
 		t.Fatalf("GetMsg: %v", err)
 	}
-	if res.ID == "" || m.Header.Get(jetstream.MsgIDHeader) != res.ID || m.Header.Get(bridge.HeaderEventID) != res.ID {
+	if res.ID == "" || m.Header.Get(jetstream.MsgIDHeader) != res.ID || m.Header.Get(producer.HeaderEventID) != res.ID {
 		t.Errorf("result id %q, stored Nats-Msg-Id %q and Event-Id %q: want one generated id",
-			res.ID, m.Header.Get(jetstream.MsgIDHeader), m.Header.Get(bridge.HeaderEventID))
+			res.ID, m.Header.Get(jetstream.MsgIDHeader), m.Header.Get(producer.HeaderEventID))
 	}
 	if got := m.Header["Event-Meta-room"]; len(got) != 1 || got[0] != "12" {
 		t.Errorf("Event-Meta-room = %q, want [12] (key as published)", got)
@@ -260,12 +260,12 @@ func TestPublisherPublishNoStream(t *testing.T) {
 	p, _ := startPublisher(t)
 	const canary = "payload-canary-7"
 
-	_, err := p.Publish(t.Context(), bridge.Event{Subject: "orders.info.created", Payload: []byte(canary)})
+	_, err := p.Publish(t.Context(), producer.Event{Subject: "orders.info.created", Payload: []byte(canary)})
 
 	// Then the error matches ErrNoStream, also after more wrapping, and
 	// names the subject but not the payload.
 	wrapped := fmt.Errorf("caller: %w", err)
-	if !errors.Is(wrapped, bridge.ErrNoStream) {
+	if !errors.Is(wrapped, producer.ErrNoStream) {
 		t.Fatalf("Publish: %v, want errors.Is ErrNoStream", err)
 	}
 	if !strings.Contains(err.Error(), "orders.info.created") || strings.Contains(err.Error(), canary) {
@@ -276,9 +276,9 @@ func TestPublisherPublishNoStream(t *testing.T) {
 func TestPublisherPublishInvalidEventSendsNothing(t *testing.T) {
 	p, s := startPublisher(t)
 
-	_, err := p.Publish(t.Context(), bridge.Event{Type: "a", Metadata: map[string]string{"bad key": "v"}})
+	_, err := p.Publish(t.Context(), producer.Event{Type: "a", Metadata: map[string]string{"bad key": "v"}})
 
-	if err == nil || errors.Is(err, bridge.ErrNoStream) {
+	if err == nil || errors.Is(err, producer.ErrNoStream) {
 		t.Fatalf("Publish: %v, want a validation error", err)
 	}
 	info, err := s.Info(t.Context())

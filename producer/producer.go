@@ -1,4 +1,14 @@
-package bridge
+// Package producer publishes events the way jetbridge expects them: under
+// the subject scheme of package subjects, with Nats-Msg-Id (so JetStream
+// refuses a duplicate inside the stream's duplicate window), Event-Id,
+// Event-Type, Event-Severity, Content-Type and Event-Meta-* headers (README
+// "Publishing events"), waiting for each PubAck. Its invariant: a Publish
+// that returns without error was stored by a stream (or recognised as a
+// duplicate of a stored event); nothing invalid is ever sent.
+//
+// It depends on nats.go's jetstream package and on subjects only, so a
+// producer service does not pull in the bridge's runtime.
+package producer
 
 import (
 	"context"
@@ -12,6 +22,26 @@ import (
 
 	"github.com/sotercare/jetbridge/subjects"
 )
+
+// Headers producers set on events (README "Publishing events").
+const (
+	HeaderEventID       = "Event-Id"
+	HeaderEventType     = "Event-Type"
+	HeaderEventSeverity = "Event-Severity"
+	HeaderMetaPrefix    = "Event-Meta-"
+	HeaderContentType   = "Content-Type"
+)
+
+// ValidHeaderValue reports whether v can be sent as a NATS or HTTP header
+// value: no control characters other than tab (so no CR or LF).
+func ValidHeaderValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; (c < ' ' && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
 
 // ErrNoStream means no JetStream stream captures the subject: the event
 // was not stored.
@@ -65,7 +95,7 @@ func NewPublisher(js jetstream.JetStream, root string) *Publisher {
 }
 
 // Message renders ev as the NATS message Publish sends, with its headers
-// (CONTRACT 3). It validates the subject, id and metadata.
+// (README "Publishing events"). It validates the subject, id and metadata.
 func (p *Publisher) Message(ev Event) (*nats.Msg, error) {
 	sev := ev.Severity
 	if sev == "" {
@@ -81,7 +111,7 @@ func (p *Publisher) Message(ev Event) (*nats.Msg, error) {
 	subject := ev.Subject
 	if subject == "" {
 		if ev.Type == "" {
-			return nil, errors.New("bridge: an event needs a type or a subject")
+			return nil, errors.New("producer: an event needs a type or a subject")
 		}
 		if subject, err = subjects.Name(p.root, sev, ev.Type); err != nil {
 			return nil, err
@@ -102,8 +132,8 @@ func (p *Publisher) Message(ev Event) (*nats.Msg, error) {
 		ct = "application/json"
 	}
 	for name, v := range map[string]string{"id": id, "type": typ, "content type": ct} {
-		if !validHeaderValue(v) {
-			return nil, fmt.Errorf("bridge: event %s contains a control character", name)
+		if !ValidHeaderValue(v) {
+			return nil, fmt.Errorf("producer: event %s contains a control character", name)
 		}
 	}
 	h := nats.Header{}
@@ -114,10 +144,10 @@ func (p *Publisher) Message(ev Event) (*nats.Msg, error) {
 	h.Set(HeaderContentType, ct)
 	for k, v := range ev.Metadata {
 		if !validMetaKey(k) {
-			return nil, fmt.Errorf("bridge: metadata key %q is not a valid header name", k)
+			return nil, fmt.Errorf("producer: metadata key %q is not a valid header name", k)
 		}
-		if !validHeaderValue(v) {
-			return nil, fmt.Errorf("bridge: metadata %q has a control character in its value", k)
+		if !ValidHeaderValue(v) {
+			return nil, fmt.Errorf("producer: metadata %q has a control character in its value", k)
 		}
 		h[HeaderMetaPrefix+k] = []string{v} // keys as published: no canonicalisation
 	}
@@ -135,9 +165,9 @@ func (p *Publisher) Publish(ctx context.Context, ev Event) (PublishResult, error
 	ack, err := p.js.PublishMsg(ctx, msg)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
-			return PublishResult{}, fmt.Errorf("bridge: publish %s: %w", msg.Subject, ErrNoStream)
+			return PublishResult{}, fmt.Errorf("producer: publish %s: %w", msg.Subject, ErrNoStream)
 		}
-		return PublishResult{}, fmt.Errorf("bridge: publish %s: %w", msg.Subject, err)
+		return PublishResult{}, fmt.Errorf("producer: publish %s: %w", msg.Subject, err)
 	}
 	return PublishResult{ID: id, Subject: msg.Subject, Stream: ack.Stream, Seq: ack.Sequence, Duplicate: ack.Duplicate}, nil
 }
