@@ -28,7 +28,7 @@ type metrics struct {
 	// payloadOmitted counts dead letters stored without their payload.
 	payloadOmitted *prometheus.CounterVec // route
 	// safetyNet counts MAX_DELIVERIES advisories given up as permanent
-	// failures (see advisory.go).
+	// failures (see safetynet.go).
 	safetyNet *prometheus.CounterVec // reason
 
 	// Children of the hot path, looked up once here rather than per
