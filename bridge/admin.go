@@ -3,6 +3,7 @@ package bridge
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -20,6 +21,30 @@ type RouteStatus struct {
 	InFlight    int64  `json:"in_flight"`   // being processed by this bridge
 	Breaker     string `json:"breaker"`     // closed, half-open or open
 	Error       string `json:"error,omitempty"`
+}
+
+// DestinationStatus is one destination as /status shows it: its breaker
+// and its flow control (README "Flow control").
+type DestinationStatus struct {
+	Destination string `json:"destination"`
+	Breaker     string `json:"breaker"`
+	Held        int64  `json:"held"` // messages held by the open breaker
+	RateLimit   string `json:"rate_limit,omitempty"`
+	GateStatus
+}
+
+// DestinationStatuses is every destination's state, sorted by name.
+func (b *Bridge) DestinationStatuses() []DestinationStatus {
+	out := make([]DestinationStatus, 0, len(b.dests))
+	for _, name := range b.cfg.DestinationNames() {
+		d := b.dests[name]
+		st := DestinationStatus{Destination: name, Breaker: d.state().String(), Held: d.held.Load(), GateStatus: d.gate.status()}
+		if rl := b.cfg.Destinations[name].RateLimit; rl != nil {
+			st.RateLimit = fmt.Sprintf("%d per %s, burst %d", rl.Requests, rl.Per, rl.Burst)
+		}
+		out = append(out, st)
+	}
+	return out
 }
 
 // Status reads every route's consumer and this bridge's own state.
@@ -72,7 +97,7 @@ func (b *Bridge) adminHandler(g prometheus.Gatherer, healthy, ready func() error
 		if err := ready(); err != nil {
 			state = err.Error()
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"ready": state, "routes": b.Status(ctx)})
+		writeJSON(w, http.StatusOK, map[string]any{"ready": state, "routes": b.Status(ctx), "destinations": b.DestinationStatuses()})
 	})
 	if g != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))

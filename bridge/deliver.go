@@ -97,7 +97,15 @@ func msgLog(e *zerolog.Event, ev *event) *zerolog.Event {
 func (r *route) deliver(stop, work context.Context, p *payload, ev *event) (int, error) {
 	total := 0
 	for {
+		// The destination's flow control admits the attempt (flow.go);
+		// waiting there holds the message like an open breaker does.
+		release, err := r.dest.gate.acquire(stop, ev.Severity)
+		if err != nil {
+			return total, fmt.Errorf("%w: waiting for the destination's flow control", ErrInterrupted)
+		}
 		tries, err := r.dest.attempt(work, p)
+		release(tries > 0 && gotResponse(err), err == nil)
+		r.dest.backPressure(err, r.policy.MaxRetryAfter)
 		total += tries
 		if err == nil || r.b.parts.decide(err, ev.Delivered, r.policy).Action != Hold {
 			return total, err
@@ -112,6 +120,13 @@ func (r *route) deliver(stop, work context.Context, p *payload, ev *event) (int,
 			return total, fmt.Errorf("%w: %w", ErrInterrupted, err)
 		}
 	}
+}
+
+// gotResponse reports whether an attempt's outcome is an HTTP response
+// (a 2xx or another status), whose duration measures the destination.
+func gotResponse(failure error) bool {
+	var de *DownstreamError
+	return failure == nil || errors.As(failure, &de)
 }
 
 // progress sends InProgress every third of ack_wait until stopped, so a long

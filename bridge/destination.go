@@ -13,6 +13,7 @@ import (
 
 	"github.com/failsafe-go/failsafe-go"
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
+	"github.com/failsafe-go/failsafe-go/ratelimiter"
 	"github.com/failsafe-go/failsafe-go/retrypolicy"
 	"github.com/failsafe-go/failsafe-go/timeout"
 	"github.com/rs/zerolog"
@@ -83,6 +84,13 @@ type destination struct {
 	breaker    circuitbreaker.CircuitBreaker[*response] // nil when disabled
 	exec       failsafe.Executor[*response]
 	parts      *parts
+	// Flow control (flow.go): the gate admits attempts; rate, when set,
+	// gives every try its permit before tryExec's per-try timeout (the
+	// pipeline then has no timeout of its own).
+	gate    *gate
+	rate    ratelimiter.RateLimiter[*response]
+	tryExec failsafe.Executor[*response]
+	budget  *retryBudget // nil: in-process retries are not budgeted
 	// poolSize is the sum of max_in_flight of the routes using this
 	// destination: the most requests it can have in flight at once.
 	poolSize int
@@ -156,7 +164,11 @@ func newDestination(cfg *config.Destination, log zerolog.Logger, onState func(de
 		log:           log.With().Str("destination", cfg.Name).Logger(),
 		breakerCounts: func(*response, error) bool { return false },
 		remindFirst:   outageRemindFirst,
+		gate:          newGate(newLimiter(cfg.Concurrency), 0),
+		rate:          newRateLimiter(cfg.RateLimit),
+		budget:        newRetryBudget(cfg.RetryBudget),
 	}
+	d.gate.onChange = func() { m.observeGate(d.name, d.gate) }
 	ch := make(chan struct{})
 	d.changed.Store(&ch)
 	for k, v := range cfg.Headers {
@@ -186,10 +198,24 @@ func newDestination(cfg *config.Destination, log zerolog.Logger, onState func(de
 		},
 	}
 
+	// A retry the budget refuses aborts the retry policy: the failure is
+	// then settled as it is (a redelivery with its backoff).
+	withBudget := func(b retrypolicy.Builder[*response]) retrypolicy.Builder[*response] {
+		if d.budget == nil {
+			return b
+		}
+		return b.AbortIf(func(*response, error) bool {
+			if d.budget.allowRetry(time.Now()) {
+				return false
+			}
+			m.budgetRefused(cfg.Name)
+			return true
+		})
+	}
 	var policies []failsafe.Policy[*response]
 	if sr := cfg.StatusRetry; sr != nil && sr.Count > 0 {
 		maxWait := sr.MaxInterval.D()
-		policies = append(policies, retrypolicy.NewBuilder[*response]().
+		policies = append(policies, withBudget(retrypolicy.NewBuilder[*response]()).
 			HandleIf(p.statusRetryable(sr.Codes)).
 			// A Retry-After longer than we would sleep here is left to the
 			// broker: the settlement honours it with NakWithDelay.
@@ -210,7 +236,7 @@ func newDestination(cfg *config.Destination, log zerolog.Logger, onState func(de
 			Build())
 	}
 	if tr := cfg.TransportRetry; tr.Count > 0 {
-		policies = append(policies, retrypolicy.NewBuilder[*response]().
+		policies = append(policies, withBudget(retrypolicy.NewBuilder[*response]()).
 			HandleIf(p.transportRetryable).
 			AbortOnErrors(circuitbreaker.ErrOpen, context.Canceled).
 			WithMaxRetries(tr.Count).
@@ -229,6 +255,9 @@ func newDestination(cfg *config.Destination, log zerolog.Logger, onState func(de
 			WithDelay(cb.Delay.D()).
 			WithSuccessThreshold(uint(cb.SuccessThreshold)).
 			OnStateChanged(func(e circuitbreaker.StateChangedEvent) {
+				if e.NewState == circuitbreaker.ClosedState {
+					d.gate.startRamp() // slow start after an outage
+				}
 				d.transition(breakerState(e.OldState), breakerState(e.NewState), onState)
 				next := make(chan struct{})
 				close(*d.changed.Swap(&next))
@@ -236,7 +265,12 @@ func newDestination(cfg *config.Destination, log zerolog.Logger, onState func(de
 			Build()
 		policies = append(policies, d.breaker)
 	}
-	policies = append(policies, timeout.New[*response](cfg.Timeout.D()))
+	perTry := timeout.New[*response](cfg.Timeout.D())
+	if d.rate != nil {
+		d.tryExec = failsafe.With[*response](perTry)
+	} else {
+		policies = append(policies, perTry)
+	}
 	d.exec = failsafe.With(policies...)
 	return d, nil
 }
@@ -335,6 +369,7 @@ func (d *destination) close() {
 		d.outage.reminder.Stop()
 	}
 	d.transMu.Unlock()
+	d.gate.close()
 	d.client.CloseIdleConnections()
 }
 
@@ -370,7 +405,7 @@ func (d *destination) attempt(ctx context.Context, p *payload) (tries int, err e
 			return nil, ctx.Err()
 		}
 		tries++
-		r, err := d.try(exec.Context(), p)
+		r, err := d.send(exec.Context(), p)
 		if r != nil {
 			open = append(open, r)
 		}
@@ -409,6 +444,33 @@ func (d *destination) classify(res *response, err error) error {
 	return &DownstreamError{Destination: d.name, Status: res.status, RetryAfter: res.retryAfter}
 }
 
+// send makes one try: with a rate limit, once the try has its permit and
+// within tryExec's per-try timeout (the wait is not part of the try);
+// without one, within the pipeline's own timeout.
+func (d *destination) send(ctx context.Context, p *payload) (*response, error) {
+	if d.rate == nil {
+		return d.try(ctx, p)
+	}
+	start := time.Now()
+	if err := d.rate.AcquirePermit(ctx); err != nil {
+		return nil, err
+	}
+	d.m.rateLimited(d.name, time.Since(start))
+	return d.tryExec.WithContext(ctx).GetWithExecution(func(exec failsafe.Execution[*response]) (*response, error) {
+		return d.try(exec.Context(), p)
+	})
+}
+
+// backPressure pauses new requests to the destination, from every route,
+// for as long as pauseFor says (a 429 or 503 with Retry-After).
+func (d *destination) backPressure(failure error, maxRetryAfter time.Duration) {
+	if pause := d.parts.pauseFor(failure, maxRetryAfter); pause > 0 {
+		d.m.paused(d.name, d.gate.pause(pause))
+		d.log.Info().Int("status", statusOf(failure)).Str("pause", pause.String()).
+			Msg("destination asked to wait (Retry-After): no new requests to it from any route until then")
+	}
+}
+
 // try sends one HTTP request and returns once the response headers have
 // arrived, leaving the body open (see response). ctx, the per-try timeout,
 // bounds the request only until then: once a status is received, neither
@@ -423,6 +485,9 @@ func (d *destination) try(ctx context.Context, p *payload) (*response, error) {
 		return nil, &TransportError{Destination: d.name, Kind: kindRequestUnbuildable}
 	}
 	start := time.Now()
+	if d.budget != nil {
+		d.budget.request(start)
+	}
 	resp, err := d.client.Do(req)
 	took := time.Since(start)
 	detach()

@@ -308,6 +308,7 @@ type faults struct {
 	keepGetBody             bool // net/http may re-send a POST by itself on a reused connection
 	retryAfterIgnored       bool // Retry-After is not read
 	noHold                  bool // an open breaker's refusal is redelivered, spending the budget
+	noBackPressure          bool // a 429 or 503 with Retry-After pauses nothing
 	termWithoutDeadLetter   bool // terminate even when the dead letter was not stored
 	noProgress              bool // no InProgress while an attempt runs
 	progressAfterSettle     bool // a progress ack goes out just after the settlement
@@ -366,6 +367,9 @@ func (f faults) parts() parts {
 			}
 			return req, err
 		}
+	}
+	if f.noBackPressure {
+		p.pauseFor = func(error, time.Duration) time.Duration { return 0 }
 	}
 	if f.retryAfterIgnored {
 		p.retryAfter = func(http.Header, time.Time) time.Duration { return 0 }

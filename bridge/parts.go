@@ -35,6 +35,8 @@ type parts struct {
 	retryAfter func(h http.Header, now time.Time) time.Duration
 	// request builds one HTTP try of a payload.
 	request func(ctx context.Context, d *destination, p *payload, now time.Time) (*http.Request, error)
+	// pauseFor is how long a failure pauses the destination (back-pressure).
+	pauseFor func(failure error, maxRetryAfter time.Duration) time.Duration
 	// decide maps an attempt's failure to a settlement (Decide).
 	decide func(err error, delivered uint64, p SettlePolicy) Decision
 	// progress keeps a message from being redelivered while it is worked
@@ -67,6 +69,7 @@ func defaultParts() parts {
 			return p.request(ctx, d, now)
 		},
 		decide:           Decide,
+		pauseFor:         retryAfterPause,
 		progress:         (*route).progress,
 		ack:              ackMsg,
 		reservations:     newReservations,

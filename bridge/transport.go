@@ -80,6 +80,7 @@ func destinationTransport(tlsConf *tls.Config, maxHeaderBytes int64) *http.Trans
 // load the destination sees at most poolSize connections, never one per
 // request (net/http's defaults keep 100 in all, closing the rest).
 func (d *destination) sizePool() {
+	d.gate.full = d.poolSize // the slow-start ramp's target without a concurrency limit
 	tr, ok := d.client.Transport.(*http.Transport)
 	if !ok || d.poolSize <= 0 {
 		return
