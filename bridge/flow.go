@@ -436,7 +436,7 @@ type retryBudget struct {
 
 const (
 	budgetBuckets = 10
-	budgetBucket_ = time.Second / budgetBuckets
+	budgetSlot = time.Second / budgetBuckets
 )
 
 type budgetBucket struct {
@@ -463,7 +463,7 @@ func (b *retryBudget) bucket(idx int64) *budgetBucket {
 func (b *retryBudget) request(now time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.bucket(int64(now.UnixNano()) / int64(budgetBucket_)).requests++
+	b.bucket(int64(now.UnixNano())/int64(budgetSlot)).requests++
 }
 
 // allowRetry reports whether one more retry fits the budget, and counts it
@@ -471,7 +471,7 @@ func (b *retryBudget) request(now time.Time) {
 func (b *retryBudget) allowRetry(now time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	idx := int64(now.UnixNano()) / int64(budgetBucket_)
+	idx := int64(now.UnixNano()) / int64(budgetSlot)
 	requests, retries := 0, 0
 	for _, bk := range b.buckets {
 		if bk.idx > idx-budgetBuckets && bk.idx <= idx {
