@@ -436,7 +436,7 @@ type retryBudget struct {
 
 const (
 	budgetBuckets = 10
-	budgetSlot = time.Second / budgetBuckets
+	budgetSlot    = time.Second / budgetBuckets
 )
 
 type budgetBucket struct {
