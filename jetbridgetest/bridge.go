@@ -72,6 +72,8 @@ type Bridge struct {
 	js   jetstream.JetStream
 	b    *bridge.Bridge
 	logs *natstest.Buffer
+	// timeout of the waits: Timeout; the kit's tests shorten it.
+	timeout time.Duration
 
 	cancel   context.CancelFunc
 	done     chan error // Run's result, buffered
@@ -92,7 +94,7 @@ func StartBridge[C Config](t testing.TB, srv *Server, cfg C) *Bridge {
 	t.Helper()
 	c := loadConfig(t, cfg)
 	_, js := srv.Connect(t)
-	k := &Bridge{cfg: c, js: js, logs: &natstest.Buffer{}, done: make(chan error, 1), changed: make(chan struct{})}
+	k := &Bridge{cfg: c, js: js, logs: &natstest.Buffer{}, timeout: Timeout, done: make(chan error, 1), changed: make(chan struct{})}
 	b, err := bridge.New(c, js, bridge.Options{
 		Logger:   zerolog.New(k.logs).Level(zerolog.DebugLevel).With().Timestamp().Logger(),
 		OnSettle: k.record,
@@ -219,7 +221,7 @@ func (k *Bridge) WaitEvent(t testing.TB, id string) bridge.Settled {
 
 func (k *Bridge) wait(t testing.TB, what string, cond func([]bridge.Settled) bool) []bridge.Settled {
 	t.Helper()
-	timer := time.NewTimer(Timeout)
+	timer := time.NewTimer(k.timeout)
 	defer timer.Stop()
 	for {
 		k.mu.Lock()
@@ -231,7 +233,7 @@ func (k *Bridge) wait(t testing.TB, what string, cond func([]bridge.Settled) boo
 		select {
 		case <-changed:
 		case <-timer.C:
-			t.Fatalf("jetbridgetest: bridge: no %s within %s; %s", what, Timeout, describeSettled(k.Settlements()))
+			t.Fatalf("jetbridgetest: bridge: no %s within %s; %s", what, k.timeout, describeSettled(k.Settlements()))
 		}
 	}
 }
@@ -265,7 +267,7 @@ func describeSettled(all []bridge.Settled) string {
 // the consumers' counts.
 func (k *Bridge) WaitQuiet(t testing.TB) {
 	t.Helper()
-	err := natstest.Poll(Timeout, func() error {
+	err := natstest.Poll(k.timeout, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 		defer cancel()
 		for _, r := range k.cfg.Routes {
@@ -281,7 +283,7 @@ func (k *Bridge) WaitQuiet(t testing.TB) {
 		return nil
 	})
 	if err != nil {
-		t.Fatalf("jetbridgetest: bridge not quiet within %s: %v", Timeout, err)
+		t.Fatalf("jetbridgetest: bridge not quiet within %s: %v", k.timeout, err)
 	}
 }
 
@@ -308,7 +310,7 @@ func (k *Bridge) deadLetters() ([]bridge.DLQMessage, error) {
 func (k *Bridge) WaitDeadLetters(t testing.TB, n int) []bridge.DLQMessage {
 	t.Helper()
 	var got []bridge.DLQMessage
-	err := natstest.Poll(Timeout, func() error {
+	err := natstest.Poll(k.timeout, func() error {
 		d, err := k.deadLetters()
 		if err != nil {
 			return err
@@ -320,7 +322,7 @@ func (k *Bridge) WaitDeadLetters(t testing.TB, n int) []bridge.DLQMessage {
 		return nil
 	})
 	if err != nil {
-		t.Fatalf("jetbridgetest: want %d dead letters within %s: %v; %s", n, Timeout, err, describeSettled(k.Settlements()))
+		t.Fatalf("jetbridgetest: want %d dead letters within %s: %v; %s", n, k.timeout, err, describeSettled(k.Settlements()))
 	}
 	return got
 }

@@ -147,6 +147,7 @@ type Receiver struct {
 	sink    *sinktest.Sink
 	secrets []string
 	keys    [][]byte
+	timeout time.Duration // of the waits: Timeout; the kit's tests shorten it
 
 	mu      sync.Mutex
 	script  Script
@@ -157,7 +158,7 @@ type Receiver struct {
 // NewReceiver starts a receiver answering 200 (or as WithScript says).
 func NewReceiver(t testing.TB, opts ...ReceiverOption) *Receiver {
 	t.Helper()
-	r := &Receiver{changed: make(chan struct{})}
+	r := &Receiver{changed: make(chan struct{}), timeout: Timeout}
 	for _, opt := range opts {
 		opt(r)
 	}
@@ -238,7 +239,7 @@ func (r *Receiver) WaitEvent(t testing.TB, id string) Request {
 // wait blocks until cond holds for the requests so far.
 func (r *Receiver) wait(t testing.TB, what string, cond func([]Request) bool) []Request {
 	t.Helper()
-	timer := time.NewTimer(Timeout)
+	timer := time.NewTimer(r.timeout)
 	defer timer.Stop()
 	for {
 		r.mu.Lock()
@@ -250,7 +251,7 @@ func (r *Receiver) wait(t testing.TB, what string, cond func([]Request) bool) []
 		select {
 		case <-changed:
 		case <-timer.C:
-			t.Fatalf("jetbridgetest: receiver: no %s within %s; %s", what, Timeout, describe(r.Requests()))
+			t.Fatalf("jetbridgetest: receiver: no %s within %s; %s", what, r.timeout, describe(r.Requests()))
 		}
 	}
 }

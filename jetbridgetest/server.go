@@ -280,10 +280,13 @@ func WithTraceParent(traceparent string) PublishOption {
 // Publish publishes ev exactly as producer.Publisher does (subject
 // <root>.<severity>.<type> under root "events" unless ev.Subject is set;
 // Nats-Msg-Id, Event-Id, Event-Type, Event-Severity, Content-Type and
-// Event-Meta-* headers), plus opts, and waits for the PubAck. Publishing an
-// ev.ID again inside the stream's duplicate window is not an error: the
-// result says Duplicate. Any other failure, or no stream capturing the
-// subject, fails the test.
+// Event-Meta-* headers), plus opts, and waits for the PubAck. A try that
+// fails (the server restarting, a cluster electing a leader) is repeated
+// with the same Nats-Msg-Id, which the broker's duplicate window makes
+// safe, for up to Timeout. Publishing an ev.ID again inside the duplicate
+// window is not an error: the result says Duplicate (so does a repeated
+// try whose first one was stored). An event no stream captures, or one
+// still failing after Timeout, fails the test.
 func (s *Server) Publish(t testing.TB, ev producer.Event, opts ...PublishOption) producer.PublishResult {
 	t.Helper()
 	msg, err := producer.NewPublisher(s.js, "").Message(ev)
@@ -293,13 +296,23 @@ func (s *Server) Publish(t testing.TB, ev producer.Event, opts ...PublishOption)
 	for _, opt := range opts {
 		opt(msg)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-	defer cancel()
-	ack, err := s.js.PublishMsg(ctx, msg)
-	if err != nil {
-		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
-			err = fmt.Errorf("%w (no stream captures it: start a bridge, or Provision, first)", err)
+	var ack *jetstream.PubAck
+	err = natstest.Poll(Timeout, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+		defer cancel()
+		a, perr := s.js.PublishMsg(ctx, msg)
+		ack = a
+		noStream := errors.Is(perr, jetstream.ErrNoStreamResponse) || errors.Is(perr, nats.ErrNoResponders)
+		if noStream && s.cluster == nil {
+			// A single server answers at once: nothing captures the subject.
+			return nil
 		}
+		return perr
+	})
+	if err == nil && ack == nil {
+		err = fmt.Errorf("no stream captures the subject: start a bridge, or Provision, first")
+	}
+	if err != nil {
 		t.Fatalf("jetbridgetest: publish %s: %v", msg.Subject, err)
 	}
 	return producer.PublishResult{
