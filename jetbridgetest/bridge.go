@@ -80,9 +80,7 @@ type Bridge struct {
 	stopOnce sync.Once
 	runErr   error
 
-	mu      sync.Mutex
-	settled []bridge.Settled
-	changed chan struct{} // closed and replaced on every settlement
+	settled *record[bridge.Settled]
 }
 
 // StartBridge starts a bridge with cfg on a new connection to srv and
@@ -94,10 +92,11 @@ func StartBridge[C Config](t testing.TB, srv *Server, cfg C) *Bridge {
 	t.Helper()
 	c := loadConfig(t, cfg)
 	_, js := srv.Connect(t)
-	k := &Bridge{cfg: c, js: js, logs: &natstest.Buffer{}, timeout: Timeout, done: make(chan error, 1), changed: make(chan struct{})}
+	k := &Bridge{cfg: c, js: js, logs: &natstest.Buffer{}, timeout: Timeout, done: make(chan error, 1),
+		settled: newRecord(func(s bridge.Settled) bridge.Settled { return s })}
 	b, err := bridge.New(c, js, bridge.Options{
 		Logger:   zerolog.New(k.logs).Level(zerolog.DebugLevel).With().Timestamp().Logger(),
-		OnSettle: k.record,
+		OnSettle: k.settled.add,
 	})
 	if err != nil {
 		t.Fatalf("jetbridgetest: %v", err)
@@ -125,14 +124,6 @@ func StartBridge[C Config](t testing.TB, srv *Server, cfg C) *Bridge {
 		t.Fatalf("jetbridgetest: bridge not ready within %s: %v", Timeout, b.Readiness())
 	}
 	return k
-}
-
-func (k *Bridge) record(s bridge.Settled) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.settled = append(k.settled, s)
-	close(k.changed)
-	k.changed = make(chan struct{})
 }
 
 // stop cancels Run and waits for it, once.
@@ -177,11 +168,7 @@ func (k *Bridge) Logs() string { return k.logs.String() }
 // Settlements returns every settlement so far, in the order the bridge
 // made them: one per JetStream delivery it settled (delivered, redelivery
 // scheduled, dead-lettered, duplicate skipped; see bridge.Settled).
-func (k *Bridge) Settlements() []bridge.Settled {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return slices.Clone(k.settled)
-}
+func (k *Bridge) Settlements() []bridge.Settled { return k.settled.all() }
 
 // final reports whether an outcome ends a message's life on a route.
 func final(outcome string) bool { return outcome != bridge.OutcomeRedeliveryScheduled }
@@ -192,9 +179,9 @@ func final(outcome string) bool { return outcome != bridge.OutcomeRedeliverySche
 func (k *Bridge) WaitSettled(t testing.TB, n int, outcomes ...string) []bridge.Settled {
 	t.Helper()
 	match := func(s bridge.Settled) bool { return len(outcomes) == 0 || slices.Contains(outcomes, s.Outcome) }
-	what := fmt.Sprintf("%d settlements", n)
+	what := fmt.Sprintf("%d settlements by the bridge", n)
 	if len(outcomes) > 0 {
-		what = fmt.Sprintf("%d settlements %s", n, strings.Join(outcomes, " or "))
+		what = fmt.Sprintf("%d settlements %s by the bridge", n, strings.Join(outcomes, " or "))
 	}
 	got := k.wait(t, what, func(all []bridge.Settled) bool {
 		c := 0
@@ -215,50 +202,27 @@ func (k *Bridge) WaitSettled(t testing.TB, n int, outcomes ...string) []bridge.S
 func (k *Bridge) WaitEvent(t testing.TB, id string) bridge.Settled {
 	t.Helper()
 	is := func(s bridge.Settled) bool { return s.EventID == id && final(s.Outcome) }
-	got := k.wait(t, "final settlement of event "+id, func(all []bridge.Settled) bool { return slices.ContainsFunc(all, is) })
+	got := k.wait(t, "final settlement of event "+id+" by the bridge", func(all []bridge.Settled) bool { return slices.ContainsFunc(all, is) })
 	return got[slices.IndexFunc(got, is)]
 }
 
 func (k *Bridge) wait(t testing.TB, what string, cond func([]bridge.Settled) bool) []bridge.Settled {
 	t.Helper()
-	timer := time.NewTimer(k.timeout)
-	defer timer.Stop()
-	for {
-		k.mu.Lock()
-		ok, changed := cond(k.settled), k.changed
-		k.mu.Unlock()
-		if ok {
-			return k.Settlements()
-		}
-		select {
-		case <-changed:
-		case <-timer.C:
-			t.Fatalf("jetbridgetest: bridge: no %s within %s; %s", what, k.timeout, describeSettled(k.Settlements()))
-		}
-	}
+	return k.settled.wait(t, k.timeout, what, cond, describeSettled)
 }
 
 // describeSettled lists settlements for a failure message.
 func describeSettled(all []bridge.Settled) string {
-	if len(all) == 0 {
-		return "nothing settled"
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "%d settled:", len(all))
-	from := max(0, len(all)-maxListed)
-	if from > 0 {
-		fmt.Fprintf(&b, "\n  (%d earlier ones not listed)", from)
-	}
-	for _, s := range all[from:] {
-		fmt.Fprintf(&b, "\n  route=%s seq=%d event=%q delivery=%d %s", s.Route, s.Seq, s.EventID, s.Delivered, s.Outcome)
+	return list(all, "settlements", func(s bridge.Settled) string {
+		line := fmt.Sprintf("route=%s seq=%d event=%q delivery=%d %s", s.Route, s.Seq, s.EventID, s.Delivered, s.Outcome)
 		if s.Reason != "" {
-			fmt.Fprintf(&b, " reason=%s", s.Reason)
+			line += " reason=" + s.Reason
 		}
 		if s.Err != nil {
-			fmt.Fprintf(&b, " error=%q", s.Err.Error())
+			line += fmt.Sprintf(" error=%q", s.Err.Error())
 		}
-	}
-	return b.String()
+		return line
+	})
 }
 
 // WaitQuiet waits until every route's consumer has nothing left to do:

@@ -148,17 +148,16 @@ type Receiver struct {
 	secrets []string
 	keys    [][]byte
 	timeout time.Duration // of the waits: Timeout; the kit's tests shorten it
+	reqs    *record[Request]
 
-	mu      sync.Mutex
-	script  Script
-	reqs    []Request
-	changed chan struct{} // closed and replaced on every arrival
+	mu     sync.Mutex
+	script Script
 }
 
 // NewReceiver starts a receiver answering 200 (or as WithScript says).
 func NewReceiver(t testing.TB, opts ...ReceiverOption) *Receiver {
 	t.Helper()
-	r := &Receiver{changed: make(chan struct{}), timeout: Timeout}
+	r := &Receiver{reqs: newRecord(Request.clone), timeout: Timeout}
 	for _, opt := range opts {
 		opt(r)
 	}
@@ -197,22 +196,10 @@ func (r *Receiver) Close() { r.sink.Close() }
 func (r *Receiver) Connections() int { return r.sink.Connections() }
 
 // Requests returns a copy of every request so far, in arrival order.
-func (r *Receiver) Requests() []Request {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make([]Request, len(r.reqs))
-	for i, q := range r.reqs {
-		out[i] = q.clone()
-	}
-	return out
-}
+func (r *Receiver) Requests() []Request { return r.reqs.all() }
 
 // Count is the number of requests so far.
-func (r *Receiver) Count() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.reqs)
-}
+func (r *Receiver) Count() int { return r.reqs.len() }
 
 // Events returns the requests carrying event id, in arrival order.
 func (r *Receiver) Events(id string) []Request {
@@ -223,55 +210,27 @@ func (r *Receiver) Events(id string) []Request {
 // requests so far. After Timeout it fails the test, listing what arrived.
 func (r *Receiver) WaitCount(t testing.TB, n int) []Request {
 	t.Helper()
-	return r.wait(t, fmt.Sprintf("at least %d requests", n), func(reqs []Request) bool { return len(reqs) >= n })
+	return r.wait(t, fmt.Sprintf("%d requests at the receiver", n), func(reqs []Request) bool { return len(reqs) >= n })
 }
 
 // WaitEvent waits for the first request carrying event id (X-Event-Id) and
 // returns it. After Timeout it fails the test, listing what arrived.
 func (r *Receiver) WaitEvent(t testing.TB, id string) Request {
 	t.Helper()
-	reqs := r.wait(t, "a request for event "+id, func(reqs []Request) bool {
-		return slices.ContainsFunc(reqs, func(q Request) bool { return q.EventID() == id })
-	})
-	return reqs[slices.IndexFunc(reqs, func(q Request) bool { return q.EventID() == id })]
+	is := func(q Request) bool { return q.EventID() == id }
+	reqs := r.wait(t, "request for event "+id+" at the receiver", func(reqs []Request) bool { return slices.ContainsFunc(reqs, is) })
+	return reqs[slices.IndexFunc(reqs, is)]
 }
 
-// wait blocks until cond holds for the requests so far.
 func (r *Receiver) wait(t testing.TB, what string, cond func([]Request) bool) []Request {
 	t.Helper()
-	timer := time.NewTimer(r.timeout)
-	defer timer.Stop()
-	for {
-		r.mu.Lock()
-		ok, changed := cond(r.reqs), r.changed
-		r.mu.Unlock()
-		if ok {
-			return r.Requests()
-		}
-		select {
-		case <-changed:
-		case <-timer.C:
-			t.Fatalf("jetbridgetest: receiver: no %s within %s; %s", what, r.timeout, describe(r.Requests()))
-		}
-	}
+	return r.reqs.wait(t, r.timeout, what, cond, describeRequests)
 }
 
-// maxListed bounds the requests a failure message lists.
-const maxListed = 20
-
-// describe lists reqs for a failure message: ids, attempts and signature
-// results, never bodies.
-func describe(reqs []Request) string {
-	if len(reqs) == 0 {
-		return "nothing arrived"
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "%d arrived:", len(reqs))
-	from := max(0, len(reqs)-maxListed)
-	if from > 0 {
-		fmt.Fprintf(&b, "\n  (%d earlier ones not listed)", from)
-	}
-	for _, q := range reqs[from:] {
+// describeRequests lists requests for a failure message: ids, attempts and
+// signature results, never bodies.
+func describeRequests(reqs []Request) string {
+	return list(reqs, "requests", func(q Request) string {
 		sig := "unchecked"
 		switch {
 		case q.Verified:
@@ -279,9 +238,8 @@ func describe(reqs []Request) string {
 		case q.SignatureErr != nil:
 			sig = q.SignatureErr.Error()
 		}
-		fmt.Fprintf(&b, "\n  #%d %s %s event=%q attempt=%d signature=%s", q.N, q.Method, q.Path, q.EventID(), q.Attempt(), sig)
-	}
-	return b.String()
+		return fmt.Sprintf("#%d %s %s event=%q attempt=%d signature=%s", q.N, q.Method, q.Path, q.EventID(), q.Attempt(), sig)
+	})
 }
 
 // serve is the sink's script: it records the request, verifies it and
@@ -292,10 +250,8 @@ func (r *Receiver) serve(sr sinktest.Request) sinktest.Response {
 		q.SignatureErr = verify(q.Header, q.Body, r.keys, q.At)
 		q.Verified = q.SignatureErr == nil
 	}
+	r.reqs.add(q)
 	r.mu.Lock()
-	r.reqs = append(r.reqs, q.clone())
-	close(r.changed)
-	r.changed = make(chan struct{})
 	script := r.script
 	r.mu.Unlock()
 
