@@ -158,9 +158,9 @@ func (k *Bridge) Stop(t testing.TB) {
 // Config is the bridge's validated configuration, defaults applied.
 func (k *Bridge) Config() *config.Config { return k.cfg }
 
-// Ready is nil while the bridge is ready (connected, streams and
+// Readiness is nil while the bridge is ready (connected, streams and
 // consumers in place), else the reason it is not: what /readyz says.
-func (k *Bridge) Ready() error { return k.b.Readiness() }
+func (k *Bridge) Readiness() error { return k.b.Readiness() }
 
 // Logs are the bridge's JSON log lines so far (debug level and up).
 func (k *Bridge) Logs() string { return k.logs.String() }

@@ -116,11 +116,15 @@ func Sequence(statuses ...int) Script {
 // ByEvent(func(id string, attempt int) Response {...}) scripts "fail the
 // first try of e-3 with 503" per event.
 func ByEvent(f func(eventID string, attempt int) Response) Script {
+	var mu sync.Mutex // a Script value may serve more than one receiver
 	attempts := map[string]int{}
 	return func(r Request) Response {
 		id := r.EventID()
+		mu.Lock()
 		attempts[id]++
-		return f(id, attempts[id])
+		n := attempts[id]
+		mu.Unlock()
+		return f(id, n)
 	}
 }
 
