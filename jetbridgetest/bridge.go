@@ -52,7 +52,7 @@ func loadConfig[C Config](t testing.TB, cfg C) *config.Config {
 func Provision[C Config](t testing.TB, srv *Server, cfg C) {
 	t.Helper()
 	c := loadConfig(t, cfg)
-	b, err := bridge.New(c, srv.js, bridge.Options{})
+	b, err := bridge.New(c, srv.JetStream(), bridge.Options{})
 	if err != nil {
 		t.Fatalf("jetbridgetest: %v", err)
 	}

@@ -19,20 +19,39 @@ import (
 	"github.com/sotercare/jetbridge/producer"
 )
 
-// Twenty kits in parallel tests never see each other: each receiver gets
-// its own kit's events, each exactly once, and each server has its own
-// port and store.
+// Twenty kits at once never see each other: each receiver gets its own
+// kit's events, each exactly once, and each server has its own port and
+// store. The kits run in 20 subtests started from 20 goroutines, so all of
+// them are alive at the same moment whatever -parallel is (t.Parallel
+// subtests run at most GOMAXPROCS at a time), and each publishes only
+// once all 20 have started.
 func TestParallelKits(t *testing.T) {
+	t.Parallel()
 	const kits, events = 20, 10
-	var mu sync.Mutex
-	urls := map[string]bool{}
-	t.Run("group", func(t *testing.T) {
-		for k := range kits {
+	var (
+		mu      sync.Mutex
+		urls    = map[string]bool{}
+		arrived sync.WaitGroup // every kit started (or failed to)
+		all     = make(chan struct{})
+		runs    sync.WaitGroup
+	)
+	arrived.Add(kits)
+	go func() { arrived.Wait(); close(all) }()
+	for k := range kits {
+		runs.Go(func() {
 			t.Run(fmt.Sprintf("kit%02d", k), func(t *testing.T) {
-				t.Parallel()
+				var once sync.Once
+				arrive := func() { once.Do(arrived.Done) }
+				defer arrive() // a kit that fails to start does not block the others
 				srv := jetbridgetest.NewServer(t)
 				rec := jetbridgetest.NewReceiver(t)
 				b := jetbridgetest.StartBridge(t, srv, routeYAML(rec.URL(), ""))
+				mu.Lock()
+				urls[srv.URL()] = true
+				mu.Unlock()
+				arrive()
+				<-all
+
 				prefix := fmt.Sprintf("k%02d-", k)
 				for i := range events {
 					srv.Publish(t, producer.Event{ID: fmt.Sprintf("%s%03d", prefix, i), Type: "t", Payload: []byte(`{}`)})
@@ -42,14 +61,12 @@ func TestParallelKits(t *testing.T) {
 				if err := exactlyOnce(rec.Requests(), prefix, events); err != nil {
 					t.Fatal(err)
 				}
-				mu.Lock()
-				urls[srv.URL()] = true
-				mu.Unlock()
 			})
-		}
-	})
+		})
+	}
+	runs.Wait()
 	if len(urls) != kits {
-		t.Fatalf("%d distinct server URLs for %d kits", len(urls), kits)
+		t.Errorf("%d distinct server URLs for %d kits alive at once", len(urls), kits)
 	}
 }
 

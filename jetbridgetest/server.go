@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -96,6 +97,7 @@ type Server struct {
 	auth    *natstest.AuthServer
 	cluster *natstest.Cluster
 
+	mu sync.Mutex // guards nc and js, replaced by RotateCredentials
 	nc *nats.Conn
 	js jetstream.JetStream
 }
@@ -153,10 +155,18 @@ func (s *Server) Credentials() Credentials {
 
 // JetStream is the kit's own connection to the server. It reconnects
 // forever, quickly, so it follows Restart.
-func (s *Server) JetStream() jetstream.JetStream { return s.js }
+func (s *Server) JetStream() jetstream.JetStream {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.js
+}
 
 // Conn is the NATS connection under JetStream.
-func (s *Server) Conn() *nats.Conn { return s.nc }
+func (s *Server) Conn() *nats.Conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.nc
+}
 
 // Connect opens another connection, authenticated with Credentials,
 // reconnecting forever every 20 ms unless opts say otherwise (they are
@@ -207,15 +217,22 @@ func (s *Server) Restart(t testing.TB) {
 // RotateCredentials restarts a server started WithAuth on the same store
 // and port with new credentials of the same method and returns them; the
 // old ones are refused from then on (for TLS: the server presents a
-// certificate of another CA). The kit's own connection keeps the old
-// credentials and stays disconnected.
+// certificate of another CA). The kit's own connection (JetStream, Conn)
+// is replaced by one with the new credentials; every other connection,
+// a bridge's included, keeps what it was given: that is what a test of
+// credentials handling looks at.
 func (s *Server) RotateCredentials(t testing.TB) Credentials {
 	t.Helper()
 	if s.auth == nil {
 		t.Fatalf("jetbridgetest: RotateCredentials needs a server started WithAuth")
 	}
+	s.Conn().Close() // before the restart: it would only be refused
 	c := s.auth.NewCreds(t)
 	s.auth.Restart(t, c)
+	nc, js := s.Connect(t)
+	s.mu.Lock()
+	s.nc, s.js = nc, js
+	s.mu.Unlock()
 	return credentials(c)
 }
 
@@ -289,18 +306,19 @@ func WithTraceParent(traceparent string) PublishOption {
 // still failing after Timeout, fails the test.
 func (s *Server) Publish(t testing.TB, ev producer.Event, opts ...PublishOption) producer.PublishResult {
 	t.Helper()
-	msg, err := producer.NewPublisher(s.js, "").Message(ev)
+	msg, err := producer.NewPublisher(nil, "").Message(ev)
 	if err != nil {
 		t.Fatalf("jetbridgetest: publish: %v", err)
 	}
 	for _, opt := range opts {
 		opt(msg)
 	}
+	js := s.JetStream()
 	var ack *jetstream.PubAck
 	err = natstest.Poll(Timeout, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 		defer cancel()
-		a, perr := s.js.PublishMsg(ctx, msg)
+		a, perr := js.PublishMsg(ctx, msg)
 		ack = a
 		noStream := errors.Is(perr, jetstream.ErrNoStreamResponse) || errors.Is(perr, nats.ErrNoResponders)
 		if noStream && s.cluster == nil {
@@ -325,7 +343,7 @@ func (s *Server) Publish(t testing.TB, ev producer.Event, opts ...PublishOption)
 // headers and data. A missing stream fails the test.
 func (s *Server) Messages(t testing.TB, stream string) []*jetstream.RawStreamMsg {
 	t.Helper()
-	msgs, err := messages(s.js, stream)
+	msgs, err := messages(s.JetStream(), stream)
 	if err != nil {
 		t.Fatalf("jetbridgetest: %v", err)
 	}
