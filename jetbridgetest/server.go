@@ -221,6 +221,9 @@ func (s *Server) Restart(t testing.TB) {
 // is replaced by one with the new credentials; every other connection,
 // a bridge's included, keeps what it was given: that is what a test of
 // credentials handling looks at.
+//
+// Not yet stable: it may still change (README "Testing your producer and
+// receiver").
 func (s *Server) RotateCredentials(t testing.TB) Credentials {
 	t.Helper()
 	if s.auth == nil {
@@ -239,6 +242,9 @@ func (s *Server) RotateCredentials(t testing.TB) Credentials {
 // Rejections counts the connections a server started WithAuth refused for
 // bad credentials, across restarts; 0 without authentication. Wait on it
 // rather than sleeping through a credentials change.
+//
+// Not yet stable: it may still change (README "Testing your producer and
+// receiver").
 func (s *Server) Rejections() int {
 	if s.auth == nil {
 		return 0
@@ -256,6 +262,9 @@ func (s *Server) Nodes() int {
 
 // ShutdownNode stops node i (0-based) of a cluster; the others keep
 // serving R3 streams. RestartNode brings it back.
+//
+// Not yet stable: it may still change (README "Testing your producer and
+// receiver").
 func (s *Server) ShutdownNode(t testing.TB, i int) {
 	t.Helper()
 	s.node(t, i)
@@ -264,6 +273,9 @@ func (s *Server) ShutdownNode(t testing.TB, i int) {
 
 // RestartNode restarts node i (0-based) of a cluster on its store and
 // ports and waits until it is back in the cluster.
+//
+// Not yet stable: it may still change (README "Testing your producer and
+// receiver").
 func (s *Server) RestartNode(t testing.TB, i int) {
 	t.Helper()
 	s.node(t, i)
