@@ -176,3 +176,49 @@ func TestScriptsDriveRedelivery(t *testing.T) {
 		t.Errorf("second request of flaky has attempt %d, want 2", got)
 	}
 }
+
+// Latency within the destination's timeout is delivered; a hang is cut
+// off by it (a transport error, redelivered); a status sequence answers
+// in order.
+func TestDelayHangAndSequence(t *testing.T) {
+	t.Parallel()
+	srv := jetbridgetest.NewServer(t)
+	seq := jetbridgetest.Sequence(http.StatusServiceUnavailable, http.StatusOK)
+	rec := jetbridgetest.NewReceiver(t, jetbridgetest.WithScript(func(r jetbridgetest.Request) jetbridgetest.Response {
+		switch {
+		case r.EventID() == "slow":
+			return jetbridgetest.Response{Delay: 20 * time.Millisecond}
+		case r.EventID() == "hung" && r.Attempt() == 1:
+			return jetbridgetest.Response{Hang: true}
+		case r.EventID() == "seq":
+			return seq(r)
+		}
+		return jetbridgetest.Response{}
+	}))
+	b := jetbridgetest.StartBridge(t, srv, routeYAML(rec.URL(), "    timeout: 1s\n    transport_retry: {count: 0}\n"))
+	for _, id := range []string{"slow", "hung", "seq"} {
+		srv.Publish(t, producer.Event{ID: id, Type: "t", Payload: []byte(`{}`)})
+	}
+	for id, want := range map[string][]string{
+		"slow": {bridge.OutcomeDelivered},
+		"hung": {bridge.OutcomeRedeliveryScheduled, bridge.OutcomeDelivered},
+		"seq":  {bridge.OutcomeRedeliveryScheduled, bridge.OutcomeDelivered},
+	} {
+		b.WaitEvent(t, id)
+		var got []string
+		for _, s := range b.Settlements() {
+			if s.EventID == id {
+				got = append(got, s.Outcome)
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s settled %v, want %v", id, got, want)
+		}
+	}
+	var te *bridge.TransportError
+	for _, s := range b.Settlements() {
+		if s.EventID == "hung" && s.Outcome == bridge.OutcomeRedeliveryScheduled && !errors.As(s.Err, &te) {
+			t.Errorf("the hung attempt failed with %v, want a TransportError (the timeout)", s.Err)
+		}
+	}
+}
