@@ -132,12 +132,10 @@ func TestDeadLetter(t *testing.T) {
 	}
 }
 
-// Per-event scripts, Retry-After and status sequences drive the bridge's
-// redeliveries: the settlements show each scheduled redelivery.
-func TestScriptsDriveRedelivery(t *testing.T) {
-	t.Parallel()
-	srv := jetbridgetest.NewServer(t)
-	rec := jetbridgetest.NewReceiver(t, jetbridgetest.WithScript(jetbridgetest.ByEvent(func(id string, attempt int) jetbridgetest.Response {
+// flakyAndCut answers "flaky" 503 with Retry-After 1s and closes the
+// connection of "cut" on their first tries; everything else 202.
+func flakyAndCut() jetbridgetest.Script {
+	return jetbridgetest.ByEvent(func(id string, attempt int) jetbridgetest.Response {
 		if id == "flaky" && attempt == 1 {
 			return jetbridgetest.Response{Status: http.StatusServiceUnavailable, RetryAfter: time.Second}
 		}
@@ -145,46 +143,82 @@ func TestScriptsDriveRedelivery(t *testing.T) {
 			return jetbridgetest.Response{CloseConn: true}
 		}
 		return jetbridgetest.Response{Status: http.StatusAccepted}
-	})))
-	b := jetbridgetest.StartBridge(t, srv, routeYAML(rec.URL(), "    transport_retry: {count: 0}\n"))
-	for _, id := range []string{"ok", "flaky", "cut"} {
-		srv.Publish(t, producer.Event{ID: id, Type: "t", Payload: []byte(`{}`)})
-	}
-	for _, id := range []string{"ok", "flaky", "cut"} {
-		if s := b.WaitEvent(t, id); s.Outcome != bridge.OutcomeDelivered {
-			t.Errorf("%s settled %s, want delivered", id, s.Outcome)
+	})
+}
+
+// checkFlakyAndCut reports a settlement that is not what flakyAndCut must
+// cause: one redelivery each for flaky (after at least its Retry-After)
+// and cut, then delivered; ok delivered at once.
+func checkFlakyAndCut(all []bridge.Settled) error {
+	var errs []error
+	got := map[string][]string{}
+	for _, s := range all {
+		got[s.EventID] = append(got[s.EventID], s.Outcome)
+		if s.EventID == "flaky" && s.Outcome == bridge.OutcomeRedeliveryScheduled && s.Delay < time.Second {
+			errs = append(errs, fmt.Errorf("flaky redelivered after %s, want at least the Retry-After of 1s", s.Delay))
 		}
 	}
+	redelivered := []string{bridge.OutcomeRedeliveryScheduled, bridge.OutcomeDelivered}
+	for id, want := range map[string][]string{"ok": {bridge.OutcomeDelivered}, "flaky": redelivered, "cut": redelivered} {
+		if !slices.Equal(got[id], want) {
+			errs = append(errs, fmt.Errorf("%s settled %v, want %v", id, got[id], want))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Per-event scripts, Retry-After and a closed connection drive the
+// bridge's redeliveries: the settlements show each scheduled redelivery.
+func TestScriptsDriveRedelivery(t *testing.T) {
+	t.Parallel()
+	_, b := scripted(t, flakyAndCut(), "    transport_retry: {count: 0}\n", "ok", "flaky", "cut")
 	b.WaitQuiet(t)
-	var redelivered []string
-	for _, s := range b.Settlements() {
-		if s.Outcome == bridge.OutcomeRedeliveryScheduled {
-			redelivered = append(redelivered, s.EventID)
-			if s.EventID == "flaky" && s.Delay < time.Second {
-				t.Errorf("flaky redelivered after %s, want at least the Retry-After of 1s", s.Delay)
-			}
-		}
-	}
-	slices.Sort(redelivered)
-	if !slices.Equal(redelivered, []string{"cut", "flaky"}) {
-		t.Errorf("redeliveries scheduled for %v, want exactly [cut flaky]", redelivered)
-	}
-	if n := len(rec.Events("flaky")); n != 2 {
-		t.Errorf("flaky arrived %d times, want 2", n)
-	}
-	if got := rec.Events("flaky")[1].Attempt(); got != 2 {
-		t.Errorf("second request of flaky has attempt %d, want 2", got)
+	if err := checkFlakyAndCut(b.Settlements()); err != nil {
+		t.Fatal(err)
 	}
 }
 
-// Latency within the destination's timeout is delivered; a hang is cut
-// off by it (a transport error, redelivered); a status sequence answers
-// in order.
-func TestDelayHangAndSequence(t *testing.T) {
+// Negative control: a Retry-After the receiver does not send, and no
+// closed connection, fail the same check.
+func TestScriptsDriveRedeliveryCheckCatchesIgnoredScript(t *testing.T) {
 	t.Parallel()
+	_, b := scripted(t, jetbridgetest.ByEvent(func(id string, attempt int) jetbridgetest.Response {
+		if id == "flaky" && attempt == 1 {
+			return jetbridgetest.Response{Status: http.StatusServiceUnavailable} // no Retry-After
+		}
+		return jetbridgetest.Response{Status: http.StatusAccepted}
+	}), "    transport_retry: {count: 0}\n", "ok", "flaky", "cut")
+	if err := checkFlakyAndCut(b.Settlements()); err == nil {
+		t.Fatal("a receiver without Retry-After and without closing connections passed the check")
+	}
+}
+
+// scripted publishes ids to a bridge delivering to a receiver answering
+// by script, waits for each one's final settlement, and returns the
+// outcomes of each id in order, with the bridge.
+func scripted(t *testing.T, script jetbridgetest.Script, extraYAML string, ids ...string) (map[string][]string, *jetbridgetest.Bridge) {
+	t.Helper()
 	srv := jetbridgetest.NewServer(t)
+	rec := jetbridgetest.NewReceiver(t, jetbridgetest.WithScript(script))
+	b := jetbridgetest.StartBridge(t, srv, routeYAML(rec.URL(), extraYAML))
+	for _, id := range ids {
+		srv.Publish(t, producer.Event{ID: id, Type: "t", Payload: []byte(`{}`)})
+	}
+	for _, id := range ids {
+		b.WaitEvent(t, id)
+	}
+	got := map[string][]string{}
+	for _, s := range b.Settlements() {
+		got[s.EventID] = append(got[s.EventID], s.Outcome)
+	}
+	return got, b
+}
+
+// latencyHangSequence answers "slow" after 20 ms, hangs on the first try
+// of "hung" and answers "seq" 503 then 200.
+func latencyHangSequence() jetbridgetest.Script {
 	seq := jetbridgetest.Sequence(http.StatusServiceUnavailable, http.StatusOK)
-	rec := jetbridgetest.NewReceiver(t, jetbridgetest.WithScript(func(r jetbridgetest.Request) jetbridgetest.Response {
+	return func(r jetbridgetest.Request) jetbridgetest.Response {
 		switch {
 		case r.EventID() == "slow":
 			return jetbridgetest.Response{Delay: 20 * time.Millisecond}
@@ -194,31 +228,50 @@ func TestDelayHangAndSequence(t *testing.T) {
 			return seq(r)
 		}
 		return jetbridgetest.Response{}
-	}))
-	b := jetbridgetest.StartBridge(t, srv, routeYAML(rec.URL(), "    timeout: 1s\n    transport_retry: {count: 0}\n"))
-	for _, id := range []string{"slow", "hung", "seq"} {
-		srv.Publish(t, producer.Event{ID: id, Type: "t", Payload: []byte(`{}`)})
 	}
+}
+
+const timeoutNoRetry = "    timeout: 1s\n    transport_retry: {count: 0}\n"
+
+// checkLatencyHangSequence reports an outcome that is not what
+// latencyHangSequence must cause.
+func checkLatencyHangSequence(got map[string][]string) error {
+	var errs []error
 	for id, want := range map[string][]string{
 		"slow": {bridge.OutcomeDelivered},
 		"hung": {bridge.OutcomeRedeliveryScheduled, bridge.OutcomeDelivered},
 		"seq":  {bridge.OutcomeRedeliveryScheduled, bridge.OutcomeDelivered},
 	} {
-		b.WaitEvent(t, id)
-		var got []string
-		for _, s := range b.Settlements() {
-			if s.EventID == id {
-				got = append(got, s.Outcome)
-			}
+		if !slices.Equal(got[id], want) {
+			errs = append(errs, fmt.Errorf("%s settled %v, want %v", id, got[id], want))
 		}
-		if !slices.Equal(got, want) {
-			t.Errorf("%s settled %v, want %v", id, got, want)
-		}
+	}
+	return errors.Join(errs...)
+}
+
+// Latency within the destination's timeout is delivered; a hang is cut
+// off by it (a transport error, redelivered); a status sequence answers
+// in order.
+func TestDelayHangAndSequence(t *testing.T) {
+	t.Parallel()
+	got, b := scripted(t, latencyHangSequence(), timeoutNoRetry, "slow", "hung", "seq")
+	if err := checkLatencyHangSequence(got); err != nil {
+		t.Fatal(err)
 	}
 	var te *bridge.TransportError
 	for _, s := range b.Settlements() {
 		if s.EventID == "hung" && s.Outcome == bridge.OutcomeRedeliveryScheduled && !errors.As(s.Err, &te) {
 			t.Errorf("the hung attempt failed with %v, want a TransportError (the timeout)", s.Err)
 		}
+	}
+}
+
+// Negative control: a receiver that ignores the script (200 to all) fails
+// the same check.
+func TestDelayHangAndSequenceCheckCatchesIgnoredScript(t *testing.T) {
+	t.Parallel()
+	got, _ := scripted(t, jetbridgetest.Always(http.StatusOK), timeoutNoRetry, "slow", "hung", "seq")
+	if err := checkLatencyHangSequence(got); err == nil {
+		t.Fatal("a receiver answering 200 to everything passed the check")
 	}
 }
