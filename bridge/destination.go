@@ -88,7 +88,8 @@ type destination struct {
 	// gives every try its permit before tryExec's per-try timeout (the
 	// pipeline then has no timeout of its own).
 	gate    *gate
-	rate    ratelimiter.RateLimiter[*response]
+	rate     ratelimiter.RateLimiter[*response]
+	ratePoll time.Duration // the rate limit's refill period
 	tryExec failsafe.Executor[*response]
 	budget  *retryBudget // nil: in-process retries are not budgeted
 	// poolSize is the sum of max_in_flight of the routes using this
@@ -166,6 +167,7 @@ func newDestination(cfg *config.Destination, log zerolog.Logger, onState func(de
 		remindFirst:   outageRemindFirst,
 		gate:          newGate(newLimiter(cfg.Concurrency), 0),
 		rate:          newRateLimiter(cfg.RateLimit),
+		ratePoll:      ratePeriod(cfg.RateLimit),
 		budget:        newRetryBudget(cfg.RetryBudget),
 	}
 	d.gate.onChange = func() { m.observeGate(d.name, d.gate) }
@@ -452,13 +454,31 @@ func (d *destination) send(ctx context.Context, p *payload) (*response, error) {
 		return d.try(ctx, p)
 	}
 	start := time.Now()
-	if err := d.rate.AcquirePermit(ctx); err != nil {
+	if err := d.waitRate(ctx); err != nil {
 		return nil, err
 	}
 	d.m.rateLimited(d.name, time.Since(start))
 	return d.tryExec.WithContext(ctx).GetWithExecution(func(exec failsafe.Execution[*response]) (*response, error) {
 		return d.try(exec.Context(), p)
 	})
+}
+
+// waitRate waits for a permit of the rate limit, asking once per refill
+// period. It never reserves one ahead (the limiter's blocking wait would):
+// a reserved permit is used whenever its waiter wakes, so a stalled
+// process would send several periods' permits at once; asked for at wake
+// time, permits never come in bursts larger than the configured burst.
+func (d *destination) waitRate(ctx context.Context) error {
+	for !d.rate.TryAcquirePermit() {
+		t := time.NewTimer(d.ratePoll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
 }
 
 // backPressure pauses new requests to the destination, from every route,

@@ -405,14 +405,22 @@ func newLimiter(c *config.Concurrency) limiter {
 }
 
 // newRateLimiter builds the rate limit of a destination: Burst permits
-// every Per*Burst/Requests, so at most Requests per Per on average and
-// never more than Burst at once. nil when none.
+// every ratePeriod, so at most Requests per Per on average and never more
+// than Burst at once (see destination.waitRate). nil when none.
 func newRateLimiter(rl *config.RateLimit) ratelimiter.RateLimiter[*response] {
 	if rl == nil {
 		return nil
 	}
-	period := rl.Per.D() * time.Duration(rl.Burst) / time.Duration(rl.Requests)
-	return ratelimiter.NewBurstyBuilder[*response](uint(rl.Burst), period).WithMaxWaitTime(-1).Build()
+	return ratelimiter.NewBursty[*response](uint(rl.Burst), ratePeriod(rl))
+}
+
+// ratePeriod is Per*Burst/Requests: the period in which a rate limit's
+// Burst permits are refilled.
+func ratePeriod(rl *config.RateLimit) time.Duration {
+	if rl == nil {
+		return 0
+	}
+	return rl.Per.D() * time.Duration(rl.Burst) / time.Duration(rl.Requests)
 }
 
 // retryBudget bounds a destination's in-process retries (transport and
