@@ -87,11 +87,11 @@ type destination struct {
 	// Flow control (flow.go): the gate admits attempts; rate, when set,
 	// gives every try its permit before tryExec's per-try timeout (the
 	// pipeline then has no timeout of its own).
-	gate    *gate
+	gate     *gate
 	rate     ratelimiter.RateLimiter[*response]
 	ratePoll time.Duration // the rate limit's refill period
-	tryExec failsafe.Executor[*response]
-	budget  *retryBudget // nil: in-process retries are not budgeted
+	tryExec  failsafe.Executor[*response]
+	budget   *retryBudget // nil: in-process retries are not budgeted
 	// poolSize is the sum of max_in_flight of the routes using this
 	// destination: the most requests it can have in flight at once.
 	poolSize int
