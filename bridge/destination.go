@@ -201,7 +201,9 @@ func newDestination(cfg *config.Destination, log zerolog.Logger, onState func(de
 	}
 
 	// A retry the budget refuses aborts the retry policy: the failure is
-	// then settled as it is (a redelivery with its backoff).
+	// then settled as it is (a redelivery with its backoff). The budget's
+	// condition comes last, so that it is asked (and counts a retry) only
+	// when no other condition ends the retries.
 	withBudget := func(b retrypolicy.Builder[*response]) retrypolicy.Builder[*response] {
 		if d.budget == nil {
 			return b
@@ -217,7 +219,7 @@ func newDestination(cfg *config.Destination, log zerolog.Logger, onState func(de
 	var policies []failsafe.Policy[*response]
 	if sr := cfg.StatusRetry; sr != nil && sr.Count > 0 {
 		maxWait := sr.MaxInterval.D()
-		policies = append(policies, withBudget(retrypolicy.NewBuilder[*response]()).
+		policies = append(policies, withBudget(retrypolicy.NewBuilder[*response]().
 			HandleIf(p.statusRetryable(sr.Codes)).
 			// A Retry-After longer than we would sleep here is left to the
 			// broker: the settlement honours it with NakWithDelay.
@@ -234,16 +236,16 @@ func newDestination(cfg *config.Destination, log zerolog.Logger, onState func(de
 				}
 				return -1 // the backoff
 			}).
-			ReturnLastFailure().
+			ReturnLastFailure()).
 			Build())
 	}
 	if tr := cfg.TransportRetry; tr.Count > 0 {
-		policies = append(policies, withBudget(retrypolicy.NewBuilder[*response]()).
+		policies = append(policies, withBudget(retrypolicy.NewBuilder[*response]().
 			HandleIf(p.transportRetryable).
 			AbortOnErrors(circuitbreaker.ErrOpen, context.Canceled).
 			WithMaxRetries(tr.Count).
 			WithBackoffFactor(tr.Interval.D(), tr.MaxInterval.D(), tr.BackoffFactor).
-			ReturnLastFailure().
+			ReturnLastFailure()).
 			Build())
 	}
 	if cb := cfg.CircuitBreaker; cb.Enabled {
