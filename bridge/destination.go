@@ -46,13 +46,14 @@ type response struct {
 	cancel     context.CancelFunc
 }
 
-// finish drains the body when its length is known and small (so that the
-// connection can be reused), within drainTimeout, and closes it.
+// finish drains the body, when it is not known to be longer than
+// maxResponseDrain, up to that size and within drainTimeout (so that the
+// connection can be reused), and closes it.
 func (r *response) finish() {
 	if r.body == nil {
 		return
 	}
-	if r.length > 0 && r.length <= maxResponseDrain {
+	if r.length != 0 && r.length <= maxResponseDrain {
 		t := time.AfterFunc(drainTimeout, r.cancel)
 		_, _ = io.Copy(io.Discard, io.LimitReader(r.body, maxResponseDrain))
 		t.Stop()

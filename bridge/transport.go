@@ -26,9 +26,10 @@ import (
 // read, and the classification of a try that got no response.
 
 // maxResponseDrain bounds the response body the bridge reads (and throws
-// away) so that the connection can be reused: only a body of known length
-// up to this size is drained, after the attempt and within drainTimeout.
-// Bodies are never kept, and a body never changes the try's outcome.
+// away) so that the connection can be reused: a body not known to be
+// longer is drained up to this size, after the attempt and within
+// drainTimeout. Bodies are never kept, and a body never changes the try's
+// outcome.
 const maxResponseDrain = 16 << 10
 
 // drainTimeout bounds the drain of one response body; a body that takes
