@@ -7,20 +7,17 @@ package bridge
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net/http"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/sotercare/jetbridge/config"
 	"github.com/sotercare/jetbridge/producer"
+	"github.com/sotercare/jetbridge/webhook"
 )
 
 // payload is what one attempt sends, built once per message; each HTTP try
@@ -213,22 +210,9 @@ func (p *payload) request(ctx context.Context, d *destination, now time.Time) (*
 	if len(d.secrets) > 0 {
 		req.Header = p.headers.Clone()
 		ts := strconv.FormatInt(now.Unix(), 10)
-		req.Header.Set("webhook-id", p.id)
-		req.Header.Set("webhook-timestamp", ts)
-		req.Header.Set("webhook-signature", sign(d.secrets, p.id, ts, p.body))
+		req.Header.Set(webhook.HeaderID, p.id)
+		req.Header.Set(webhook.HeaderTimestamp, ts)
+		req.Header.Set(webhook.HeaderSignature, webhook.Sign(d.secrets, p.id, ts, p.body))
 	}
 	return req, nil
-}
-
-// sign returns the Standard Webhooks v1 signature header: one
-// "v1,<base64 HMAC-SHA256(id.timestamp.body)>" per secret, space-separated.
-func sign(secrets [][]byte, id, ts string, body []byte) string {
-	sigs := make([]string, 0, len(secrets))
-	for _, key := range secrets {
-		mac := hmac.New(sha256.New, key)
-		mac.Write([]byte(id + "." + ts + "."))
-		mac.Write(body)
-		sigs = append(sigs, "v1,"+base64.StdEncoding.EncodeToString(mac.Sum(nil)))
-	}
-	return strings.Join(sigs, " ")
 }

@@ -1,21 +1,17 @@
 package jetbridgetest
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/sotercare/jetbridge/config"
 	"github.com/sotercare/jetbridge/internal/sinktest"
+	"github.com/sotercare/jetbridge/webhook"
 )
 
 // Request headers the bridge sets on every delivery (README "The request").
@@ -24,24 +20,18 @@ const (
 	HeaderAttempt = "X-Delivery-Attempt"
 )
 
-// The Standard Webhooks headers of a signed delivery.
-const (
-	headerWebhookID        = "webhook-id"
-	headerWebhookTimestamp = "webhook-timestamp"
-	headerWebhookSignature = "webhook-signature"
-)
-
 // SignatureTolerance is how far a webhook-timestamp may be from the
 // request's arrival for its signature to verify, as the Standard Webhooks
 // specification recommends (and `bridge receive --secret` does).
-const SignatureTolerance = 5 * time.Minute
+const SignatureTolerance = webhook.Tolerance
 
-// Errors of signature verification, in Request.SignatureErr.
+// Errors of signature verification, in Request.SignatureErr: those of
+// package webhook, which verifies.
 var (
-	ErrUnsigned          = errors.New("jetbridgetest: request is not signed (webhook-id, webhook-timestamp or webhook-signature missing)")
-	ErrBadTimestamp      = errors.New("jetbridgetest: webhook-timestamp is not a Unix time in seconds")
-	ErrTimestampExpired  = errors.New("jetbridgetest: webhook-timestamp outside the tolerance")
-	ErrSignatureMismatch = errors.New("jetbridgetest: no webhook-signature matches a configured secret")
+	ErrUnsigned          = webhook.ErrUnsigned
+	ErrBadTimestamp      = webhook.ErrBadTimestamp
+	ErrTimestampExpired  = webhook.ErrTimestampExpired
+	ErrSignatureMismatch = webhook.ErrSignatureMismatch
 )
 
 // Request is one request as the receiver got it.
@@ -251,7 +241,7 @@ func describeRequests(reqs []Request) string {
 func (r *Receiver) serve(sr sinktest.Request) sinktest.Response {
 	q := Request{N: sr.N, Method: sr.Method, Path: sr.Path, Header: sr.Header, Body: sr.Body, At: sr.At}
 	if r.keys != nil {
-		q.SignatureErr = verify(q.Header, q.Body, r.keys, q.At)
+		q.SignatureErr = webhook.Verify(q.Header, q.Body, r.keys, q.At, SignatureTolerance)
 		q.Verified = q.SignatureErr == nil
 	}
 	r.reqs.add(q)
@@ -275,37 +265,4 @@ func (r *Receiver) serve(sr sinktest.Request) sinktest.Response {
 		h.Set("Retry-After", strconv.FormatInt(int64(secs), 10))
 	}
 	return sinktest.Response{Status: resp.Status, Header: h, Body: resp.Body, Delay: resp.Delay, Hang: resp.Hang, CloseConn: resp.CloseConn}
-}
-
-// verify checks a Standard Webhooks v1 signature: base64 HMAC-SHA256 of
-// "id.timestamp.body" with any of keys, a timestamp within
-// SignatureTolerance of at.
-func verify(h http.Header, body []byte, keys [][]byte, at time.Time) error {
-	id, ts, sigs := h.Get(headerWebhookID), h.Get(headerWebhookTimestamp), h.Get(headerWebhookSignature)
-	if id == "" || ts == "" || sigs == "" {
-		return ErrUnsigned
-	}
-	sec, err := strconv.ParseInt(ts, 10, 64)
-	if err != nil {
-		return ErrBadTimestamp
-	}
-	if d := at.Sub(time.Unix(sec, 0)); d > SignatureTolerance || d < -SignatureTolerance {
-		return ErrTimestampExpired
-	}
-	for _, key := range keys {
-		mac := hmac.New(sha256.New, key)
-		fmt.Fprintf(mac, "%s.%s.", id, ts)
-		mac.Write(body)
-		want := mac.Sum(nil)
-		for s := range strings.FieldsSeq(sigs) {
-			b64, ok := strings.CutPrefix(s, "v1,")
-			if !ok {
-				continue
-			}
-			if got, err := base64.StdEncoding.DecodeString(b64); err == nil && hmac.Equal(got, want) {
-				return nil
-			}
-		}
-	}
-	return ErrSignatureMismatch
 }
