@@ -135,7 +135,7 @@ func (sr *scenarioResult) writeTable(w io.Writer) {
 	ms := metrics(sr.sc.kind)
 	fmt.Fprintf(w, "\n#### %s (%s)\n\n", sr.sc.title, sr.sc.name)
 	pairs := min(len(sr.a), len(sr.b))
-	fmt.Fprintf(w, "%d paired runs, alternating; medians.\n\n", pairs)
+	fmt.Fprintf(w, "Paired runs: %d, alternating A B; medians.\n\n", pairs)
 	if pairs == 0 {
 		fmt.Fprintf(w, "no complete pair: %v\n", sr.err)
 		return
@@ -155,15 +155,17 @@ func (sr *scenarioResult) writeTable(w io.Writer) {
 		}
 		fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
 	}
-	cells := []string{"ratio A / B (median of pairs)"}
-	for _, m := range ms {
-		if m.ratio {
-			cells = append(cells, fmt.Sprintf("%.2f×", sr.ratio(m)))
-		} else {
-			cells = append(cells, "")
+	if slices.ContainsFunc(ms, func(m metric) bool { return m.ratio }) {
+		cells := []string{"ratio A / B (median of pairs)"}
+		for _, m := range ms {
+			if m.ratio {
+				cells = append(cells, fmt.Sprintf("%.2f×", sr.ratio(m)))
+			} else {
+				cells = append(cells, "")
+			}
 		}
+		fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
 	}
-	fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
 	if sr.err != nil {
 		fmt.Fprintf(w, "\nstopped early: %v\n", sr.err)
 	}

@@ -121,6 +121,10 @@ func (e *env) drainRun(ctx context.Context, n int, sys system, pub *publisher, n
 	}, nil
 }
 
+// failureSettle separates a failure run's regime being reached from the
+// start of its measuring window (a quarter of the breaker delay).
+const failureSettle = breakerDelay / 4
+
 // latencyWarmup messages are delivered before the paced ones are timed.
 const latencyWarmup = 200
 
@@ -198,12 +202,19 @@ func (e *env) failureRun(ctx context.Context, sc scenario, sys system, pub *publ
 	}
 	defer s.stop()
 	// The regime: for jetbridge with a breaker, the breaker is open; else
-	// every message of the backlog has been tried at least once.
+	// at least as many requests as messages were sent (the naive bridge's
+	// immediate redeliveries may keep some messages from ever being tried).
 	if sc.kind == breakerOpen && !sys.naive {
 		if err := s.waitBreaker(ctx, "open", stallTimeout); err != nil {
 			return result{}, err
 		}
-	} else if _, err := e.waitUnique(ctx, s, n, stallTimeout, nil); err != nil {
+	} else if _, err := e.waitSink(ctx, s, fmt.Sprintf("%d requests", n), stallTimeout,
+		func(st sinkStats) bool { return st.Requests >= int64(n) },
+		func(st sinkStats) int64 { return st.Requests }, nil); err != nil {
+		return result{}, err
+	}
+	// Requests sent just before the breaker opened may still be arriving.
+	if err := sleep(ctx, failureSettle); err != nil {
 		return result{}, err
 	}
 	st0, err := e.sink.stats(ctx, false)
@@ -239,12 +250,20 @@ func (e *env) failureRun(ctx context.Context, sc scenario, sys system, pub *publ
 	}, nil
 }
 
-// waitUnique polls the sink until it has seen want distinct messages. It
-// fails when the system exits, when nothing new arrives for stallTimeout
-// or when timeout passes; each poll's counters go to observe (if set).
+// waitUnique polls the sink until it has seen want distinct messages.
 func (e *env) waitUnique(ctx context.Context, s *sut, want int, timeout time.Duration, observe func(sinkStats) error) (sinkStats, error) {
+	return e.waitSink(ctx, s, fmt.Sprintf("%d messages", want), timeout,
+		func(st sinkStats) bool { return st.Unique >= want },
+		func(st sinkStats) int64 { return int64(st.Unique) }, observe)
+}
+
+// waitSink polls the sink until done holds. It fails when the system
+// exits, when progress does not change for stallTimeout or when timeout
+// passes; each poll's counters go to observe (if set).
+func (e *env) waitSink(ctx context.Context, s *sut, what string, timeout time.Duration,
+	done func(sinkStats) bool, progress func(sinkStats) int64, observe func(sinkStats) error) (sinkStats, error) {
 	deadline := time.Now().Add(timeout)
-	lastUnique, lastProgress := -1, time.Now()
+	last, lastProgress := int64(-1), time.Now()
 	for {
 		st, err := e.sink.stats(ctx, false)
 		if err != nil {
@@ -255,19 +274,19 @@ func (e *env) waitUnique(ctx context.Context, s *sut, want int, timeout time.Dur
 				return st, err
 			}
 		}
-		if st.Unique >= want {
+		if done(st) {
 			return st, nil
 		}
 		if err := s.exited(); err != nil {
 			return st, err
 		}
 		now := time.Now()
-		if st.Unique != lastUnique {
-			lastUnique, lastProgress = st.Unique, now
+		if p := progress(st); p != last {
+			last, lastProgress = p, now
 		}
 		if now.Sub(lastProgress) > stallTimeout || now.After(deadline) {
-			return st, fmt.Errorf("sink has %d of %d messages (%d requests, %d duplicates, %d invalid) after %s%s",
-				st.Unique, want, st.Requests, st.Dups, st.Invalid, timeout, s.logTail())
+			return st, fmt.Errorf("waiting for %s: the sink has %d distinct messages, %d requests, %d duplicates, %d invalid after %s%s",
+				what, st.Unique, st.Requests, st.Dups, st.Invalid, formatDuration(timeout), s.logTail())
 		}
 		if err := sleep(ctx, pollInterval); err != nil {
 			return st, err
