@@ -16,6 +16,9 @@ const (
 	subject    = "events.info.bench"
 )
 
+// stallWait bounds how long an async publish waits for a free slot.
+const stallWait = 30 * time.Second
+
 // publisher publishes the benchmark's messages on a connection of its own.
 type publisher struct {
 	nc     *nats.Conn
@@ -63,7 +66,9 @@ func (p *publisher) publish(seq int) error {
 	m := &nats.Msg{Subject: subject, Header: nats.Header{}, Data: payload(seq, time.Now().UnixNano())}
 	m.Header.Set(jetstream.MsgIDHeader, "m-"+strconv.Itoa(seq))
 	m.Header.Set("Content-Type", "application/json")
-	_, err := p.js.PublishMsgAsync(m)
+	// With 4096 PubAcks pending a publish waits for room; on a loaded
+	// machine the server may take longer than the default 200 ms to ack.
+	_, err := p.js.PublishMsgAsync(m, jetstream.WithStallWait(stallWait))
 	return err
 }
 

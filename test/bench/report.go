@@ -214,7 +214,7 @@ func targets(res map[string]*scenarioResult, o options) []target {
 	}{{"conns256", 256}, {"conns1024", 1024}} {
 		if sr, ok := have(c.name); ok {
 			m := mets(drain, "sink TCP conns (max of runs)")
-			got := sr.column(m, sr.a)
+			got := sr.column(m, sr.a[:min(len(sr.a), len(sr.b))])
 			ts = append(ts, target{fmt.Sprintf("sink TCP connections, %dk messages, max_in_flight %d", o.connsN/1000, c.mif),
 				fmt.Sprintf("≤ %d", c.mif+2), thousands(got), got <= float64(c.mif+2)})
 		}
