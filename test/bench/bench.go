@@ -1,0 +1,188 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// runBench is the benchmark itself: flags, build, sink, scenarios, report.
+// Progress goes to stderr, the Markdown report to stdout.
+func runBench(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: go run ./test/bench [flags]\n\nEnd-to-end benchmark of the bridge binary against a naive reference bridge (README \"Performance\").\n\n")
+		fs.PrintDefaults()
+	}
+	quick := fs.Bool("quick", false, "smaller backlogs, 3 runs, shorter windows: a few minutes")
+	list := fs.String("scenarios", "", "comma-separated scenarios to run (default all): "+strings.Join(scenarioNames(), ","))
+	runs := fs.Int("runs", 0, "paired runs per scenario (default 5, -quick 3)")
+	n := fs.Int("n", 0, "backlog of the throughput scenarios (default 30000, -quick 10000)")
+	bridgeBin := fs.String("bridge", "", "use this bridge binary instead of building ./cmd/bridge")
+	keep := fs.Bool("keep", false, "keep the temp dir (logs of the last runs)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	o := defaultOptions(*quick)
+	if *runs < 0 || *n < 0 {
+		return errors.New("-runs and -n must not be negative")
+	}
+	if *runs > 0 {
+		o.runs = *runs
+	}
+	if *n > 0 {
+		o.n = *n
+	}
+	selected, err := selectScenarios(allScenarios(o), *list)
+	if err != nil {
+		return err
+	}
+
+	tmp, err := os.MkdirTemp("", "jetbridge-bench-")
+	if err != nil {
+		return err
+	}
+	if *keep {
+		fmt.Fprintln(os.Stderr, "bench: temp dir", tmp)
+	} else {
+		defer os.RemoveAll(tmp)
+	}
+	e := &env{opts: o, tmp: tmp}
+	if e.self, err = os.Executable(); err != nil {
+		return err
+	}
+	if e.bridgeBin = *bridgeBin; e.bridgeBin == "" {
+		if e.bridgeBin, err = buildBridge(ctx, tmp); err != nil {
+			return err
+		}
+	}
+	sinkProc, addrs, err := startChild(ctx, tmp, "sink", e.self, []string{"_sink"}, nil)
+	if err != nil {
+		return err
+	}
+	defer sinkProc.stop()
+	dest, ctl, ok := strings.Cut(addrs, " ")
+	if !ok {
+		return fmt.Errorf("sink printed %q, want two addresses", addrs)
+	}
+	e.sink = newSinkClient(dest, ctl)
+
+	started := time.Now()
+	fmt.Printf("### End-to-end benchmark\n\nMachine: %s.\n", machine())
+	mode := "full"
+	if *quick {
+		mode = "quick"
+	}
+	fmt.Printf("Mode %s: %d paired runs per scenario (failure scenarios: %d), 1 KiB JSON payloads; A is the first row, B the second.\n", mode, o.runs, o.failureRuns)
+	results := map[string]*scenarioResult{}
+	for _, sc := range selected {
+		sr := e.runScenario(ctx, sc)
+		results[sc.name] = sr
+		sr.writeTable(os.Stdout)
+		if err := ctx.Err(); err != nil {
+			return context.Cause(ctx)
+		}
+	}
+	writeTargets(os.Stdout, targets(results, o))
+	fmt.Printf("\nTotal %s; load average at the end %s.\n", formatDuration(time.Since(started)), loadavg())
+	for _, sr := range results {
+		if sr.err != nil {
+			return fmt.Errorf("scenario %s: %w", sr.sc.name, sr.err)
+		}
+	}
+	return nil
+}
+
+// runScenario runs the pairs of sc, A then B, stopping at the first failed
+// run (its error is kept with the pairs completed before it).
+func (e *env) runScenario(ctx context.Context, sc scenario) *scenarioResult {
+	sr := &scenarioResult{sc: sc}
+	for i := range sc.runs {
+		for j, sys := range []system{sc.a, sc.b} {
+			dir := filepath.Join(e.tmp, fmt.Sprintf("%s-%d-%c", sc.name, i+1, 'a'+j))
+			t0 := time.Now()
+			r, err := e.run(ctx, sc, sys, dir)
+			if err != nil {
+				sr.err = fmt.Errorf("run %d, %s: %w", i+1, sys.label(), err)
+				fmt.Fprintf(os.Stderr, "bench: %s: %v\n", sc.name, sr.err)
+				return sr
+			}
+			if j == 0 {
+				sr.a = append(sr.a, r)
+			} else {
+				sr.b = append(sr.b, r)
+			}
+			fmt.Fprintf(os.Stderr, "bench: %s run %d/%d %s (%s): %s\n", sc.name, i+1, sc.runs, sys.label(), formatDuration(time.Since(t0)), summary(sc.kind, r))
+		}
+	}
+	return sr
+}
+
+// summary is a progress line's view of one run.
+func summary(k kind, r result) string {
+	var parts []string
+	for _, m := range metrics(k) {
+		parts = append(parts, m.header+" "+m.format(m.get(r)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func scenarioNames() []string {
+	var names []string
+	for _, sc := range allScenarios(defaultOptions(false)) {
+		names = append(names, sc.name)
+	}
+	return names
+}
+
+// selectScenarios keeps the scenarios named in list ("" keeps all), in
+// their usual order; an unknown name is an error naming it.
+func selectScenarios(all []scenario, list string) ([]scenario, error) {
+	if list == "" {
+		return all, nil
+	}
+	want := strings.Split(list, ",")
+	for _, w := range want {
+		if !slices.ContainsFunc(all, func(sc scenario) bool { return sc.name == w }) {
+			return nil, fmt.Errorf("-scenarios: unknown scenario %q (known: %s)", w, strings.Join(scenarioNames(), ","))
+		}
+	}
+	var out []scenario
+	for _, sc := range all {
+		if slices.Contains(want, sc.name) {
+			out = append(out, sc)
+		}
+	}
+	return out, nil
+}
+
+// buildBridge builds ./cmd/bridge of the module the benchmark runs in.
+func buildBridge(ctx context.Context, dir string) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		return "", errors.New("run the benchmark inside the jetbridge module (go run ./test/bench), or pass -bridge")
+	}
+	bin := filepath.Join(dir, "bridge")
+	fmt.Fprintln(os.Stderr, "bench: building ./cmd/bridge")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/bridge")
+	cmd.Dir = filepath.Dir(gomod)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/bridge: %w", err)
+	}
+	return bin, nil
+}

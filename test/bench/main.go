@@ -1,0 +1,61 @@
+// Command bench is jetbridge's end-to-end performance benchmark (README
+// "Performance"). In one run on one machine it builds the real bridge
+// binary, starts a JetStream server and an HTTP sink in processes of their
+// own, and measures the bridge against a naive reference bridge written
+// here, the two alternating run by run (A B A B …). It prints medians and
+// paired ratios as Markdown tables, then the issue's targets met or missed.
+//
+//	go run ./test/bench            # every scenario, 5 runs each (~25 min on 2 cores)
+//	go run ./test/bench -quick     # smaller N, 3 runs: a few minutes
+//	go run ./test/bench -scenarios envelope,latency -runs 7
+//
+// Invariants:
+//
+//   - Every process it starts is its own child, started with
+//     exec.CommandContext and a parent-death signal: SIGINT or SIGTERM stops
+//     them all and removes the temp dir, and a killed benchmark leaves no
+//     server, sink or bridge running.
+//   - Every wait is bounded: a run that stalls fails with the counts it
+//     reached, it never hangs.
+//   - Every message is checked: a run succeeds only when the sink has seen
+//     each of the N event ids; duplicates are counted, never hidden.
+//
+// The benchmark re-executes its own binary for the helper processes: the
+// first argument names the role (see roles). It is a main package without
+// tests, so `go test ./...` builds it but never runs it.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// roles are the hidden subcommands the benchmark re-executes itself with.
+var roles = map[string]func(ctx context.Context, args []string) error{
+	"_natsd": runNatsd,
+	"_sink":  runSink,
+	"_naive": runNaive,
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	var err error
+	if len(os.Args) > 1 && roles[os.Args[1]] != nil {
+		err = roles[os.Args[1]](ctx, os.Args[2:])
+	} else {
+		err = runBench(ctx, os.Args[1:])
+	}
+	stop()
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			fmt.Fprintln(os.Stderr, "bench: interrupted")
+			os.Exit(130)
+		}
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,299 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// metric is one column of a scenario's table.
+type metric struct {
+	header string
+	get    func(result) float64
+	format func(float64) string
+	agg    func([]float64) float64 // median unless set
+	ratio  bool                    // print the median of the paired A/B ratios
+}
+
+func fixed(prec int) func(float64) string {
+	return func(v float64) string { return strconv.FormatFloat(v, 'f', prec, 64) }
+}
+
+// thousands formats v rounded, with a comma every three digits.
+func thousands(v float64) string {
+	s := strconv.FormatInt(int64(math.Round(v)), 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+func sum(v []float64) float64 {
+	t := 0.0
+	for _, x := range v {
+		t += x
+	}
+	return t
+}
+
+func maxOf(v []float64) float64 { return slices.Max(v) }
+
+// median of v (the mean of the two middle values for an even count).
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	s := slices.Sorted(slices.Values(v))
+	m := len(s) / 2
+	if len(s)%2 == 1 {
+		return s[m]
+	}
+	return (s[m-1] + s[m]) / 2
+}
+
+// metrics are the columns of a scenario kind.
+func metrics(k kind) []metric {
+	rss := metric{header: "peak RSS MiB", get: func(r result) float64 { return r.rssMB }, format: fixed(1), ratio: true}
+	cpu := metric{header: "CPU s / 10k msgs", get: func(r result) float64 { return r.cpuPer10k }, format: fixed(2), ratio: true}
+	dups := metric{header: "duplicates (all runs)", get: func(r result) float64 { return r.dups }, format: thousands, agg: sum}
+	switch k {
+	case drain:
+		return []metric{
+			{header: "msgs/s", get: func(r result) float64 { return r.rate }, format: thousands, ratio: true},
+			cpu, rss,
+			{header: "sink TCP conns (max of runs)", get: func(r result) float64 { return r.conns }, format: thousands, agg: maxOf},
+			dups,
+		}
+	case latency:
+		return []metric{
+			{header: "p50 ms", get: func(r result) float64 { return r.p50 }, format: fixed(2), ratio: true},
+			{header: "p99 ms", get: func(r result) float64 { return r.p99 }, format: fixed(2), ratio: true},
+			{header: "p99.9 ms", get: func(r result) float64 { return r.p999 }, format: fixed(2), ratio: true},
+			cpu, rss, dups,
+		}
+	case breakerOpen:
+		return []metric{
+			{header: "CPU % of one core", get: func(r result) float64 { return r.cpuShare }, format: fixed(2)},
+			{header: "requests in window", get: func(r result) float64 { return r.requests }, format: thousands},
+			{header: "requests/s", get: func(r result) float64 { return r.reqRate }, format: fixed(2)},
+		}
+	default:
+		return []metric{
+			{header: "requests/s", get: func(r result) float64 { return r.reqRate }, format: fixed(1)},
+			{header: "CPU % of one core", get: func(r result) float64 { return r.cpuShare }, format: fixed(1)},
+		}
+	}
+}
+
+// scenarioResult is every run of a scenario: a[i] and b[i] are pair i.
+type scenarioResult struct {
+	sc   scenario
+	a, b []result
+	err  error // the run that failed, if any; the pairs before it are kept
+}
+
+func (sr *scenarioResult) column(m metric, rs []result) float64 {
+	v := make([]float64, len(rs))
+	for i, r := range rs {
+		v[i] = m.get(r)
+	}
+	if m.agg != nil {
+		return m.agg(v)
+	}
+	return median(v)
+}
+
+// ratio is the median over the complete pairs of A/B for m.
+func (sr *scenarioResult) ratio(m metric) float64 {
+	var v []float64
+	for i := range min(len(sr.a), len(sr.b)) {
+		if b := m.get(sr.b[i]); b != 0 {
+			v = append(v, m.get(sr.a[i])/b)
+		}
+	}
+	return median(v)
+}
+
+// writeTable prints the scenario as a Markdown table: the medians of A and
+// B, then the paired ratios.
+func (sr *scenarioResult) writeTable(w io.Writer) {
+	ms := metrics(sr.sc.kind)
+	fmt.Fprintf(w, "\n#### %s (%s)\n\n", sr.sc.title, sr.sc.name)
+	pairs := min(len(sr.a), len(sr.b))
+	fmt.Fprintf(w, "Paired runs: %d, alternating A B; medians.\n\n", pairs)
+	if pairs == 0 {
+		fmt.Fprintf(w, "no complete pair: %v\n", sr.err)
+		return
+	}
+	hdr := []string{"system"}
+	for _, m := range ms {
+		hdr = append(hdr, m.header)
+	}
+	fmt.Fprintf(w, "| %s |\n|%s\n", strings.Join(hdr, " | "), strings.Repeat("---|", len(hdr)))
+	for _, row := range []struct {
+		sys system
+		rs  []result
+	}{{sr.sc.a, sr.a[:pairs]}, {sr.sc.b, sr.b[:pairs]}} {
+		cells := []string{row.sys.label()}
+		for _, m := range ms {
+			cells = append(cells, m.format(sr.column(m, row.rs)))
+		}
+		fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
+	}
+	if slices.ContainsFunc(ms, func(m metric) bool { return m.ratio }) {
+		cells := []string{"ratio A / B (median of pairs)"}
+		for _, m := range ms {
+			if m.ratio {
+				cells = append(cells, fmt.Sprintf("%.2f×", sr.ratio(m)))
+			} else {
+				cells = append(cells, "")
+			}
+		}
+		fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
+	}
+	if sr.err != nil {
+		fmt.Fprintf(w, "\nstopped early: %v\n", sr.err)
+	}
+}
+
+// target is one line of issue 10's target table.
+type target struct {
+	measure, goal, got string
+	met                bool
+}
+
+// targets evaluates issue 10's targets on the scenarios that ran.
+func targets(res map[string]*scenarioResult, o options) []target {
+	var ts []target
+	have := func(name string) (*scenarioResult, bool) {
+		sr, ok := res[name]
+		return sr, ok && min(len(sr.a), len(sr.b)) > 0
+	}
+	mets := func(k kind, header string) metric {
+		for _, m := range metrics(k) {
+			if m.header == header {
+				return m
+			}
+		}
+		panic("no metric " + header)
+	}
+	if sr, ok := have("envelope"); ok {
+		r := sr.ratio(mets(drain, "msgs/s"))
+		ts = append(ts, target{"throughput, envelope defaults, max_in_flight 64, vs naive K=64", "≥ 1.1×", fmt.Sprintf("%.2f×", r), r >= 1.1})
+		r = sr.ratio(mets(drain, "CPU s / 10k msgs"))
+		ts = append(ts, target{"CPU s / 10k msgs, same runs", "≤ 1.0× naive", fmt.Sprintf("%.2f×", r), r <= 1.0})
+		r = sr.ratio(mets(drain, "peak RSS MiB"))
+		ts = append(ts, target{"peak RSS, same runs", "≤ 1.5× naive", fmt.Sprintf("%.2f×", r), r <= 1.5})
+	}
+	if sr, ok := have("rss"); ok {
+		r := sr.ratio(mets(drain, "peak RSS MiB"))
+		ts = append(ts, target{fmt.Sprintf("peak RSS, %dk vs %dk backlog", o.rssSmall/1000, o.rssBig/1000), "within ±10 %", fmt.Sprintf("%.2f×", r), r >= 1/1.1 && r <= 1.1})
+	}
+	if sr, ok := have("latency"); ok {
+		r := sr.ratio(mets(latency, "p99 ms"))
+		ts = append(ts, target{fmt.Sprintf("p99 latency at %d msgs/s, max_in_flight 32 vs K=32", o.rate), "≤ 1.0× naive", fmt.Sprintf("%.2f×", r), r <= 1.0})
+	}
+	for _, c := range []struct {
+		name string
+		mif  int
+	}{{"conns256", 256}, {"conns1024", 1024}} {
+		if sr, ok := have(c.name); ok {
+			m := mets(drain, "sink TCP conns (max of runs)")
+			got := sr.column(m, sr.a[:min(len(sr.a), len(sr.b))])
+			ts = append(ts, target{fmt.Sprintf("sink TCP connections, %dk messages, max_in_flight %d", o.connsN/1000, c.mif),
+				fmt.Sprintf("≤ %d", c.mif+2), thousands(got), got <= float64(c.mif+2)})
+		}
+	}
+	if sr, ok := have("idempotency"); ok {
+		r := sr.ratio(mets(drain, "msgs/s"))
+		ts = append(ts, target{"throughput, idempotency on vs off", "≥ 0.7×", fmt.Sprintf("%.2f×", r), r >= 0.7})
+	}
+	if sr, ok := have("breaker"); ok {
+		cpu := median(values(sr.a, func(r result) float64 { return r.cpuShare }))
+		reqs := maxOf(values(sr.a, func(r result) float64 { return r.requests }))
+		// One probe per delay, plus one for a probe at each end of the window.
+		allowed := math.Floor(o.breakerFor.Seconds()/breakerDelay.Seconds()) + 1
+		ts = append(ts, target{fmt.Sprintf("breaker open %s: bridge CPU", o.breakerFor), "< 2 % of one core", fmt.Sprintf("%.2f %%", cpu), cpu < 2})
+		ts = append(ts, target{fmt.Sprintf("breaker open %s: requests (delay %s)", o.breakerFor, breakerDelay),
+			fmt.Sprintf("≤ 1 per delay (≤ %.0f)", allowed), thousands(reqs), reqs <= allowed})
+	}
+	if sr, ok := have("status500"); ok {
+		rate := median(values(sr.a, func(r result) float64 { return r.reqRate }))
+		bound := float64(o.status500Backlog) / status500Backoff.Seconds()
+		ts = append(ts, target{fmt.Sprintf("destination answering 500, %d messages, backoff %s", o.status500Backlog, status500BackoffYAML),
+			fmt.Sprintf("paced: ≤ %.0f requests/s", bound), fmt.Sprintf("%.1f requests/s", rate), rate <= bound})
+	}
+	return ts
+}
+
+func values(rs []result, f func(result) float64) []float64 {
+	v := make([]float64, len(rs))
+	for i, r := range rs {
+		v[i] = f(r)
+	}
+	return v
+}
+
+func writeTargets(w io.Writer, ts []target) {
+	if len(ts) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n#### Targets of issue 10\n\n| measure | target | this run | met |\n|---|---|---|---|\n")
+	for _, t := range ts {
+		met := "**no**"
+		if t.met {
+			met = "yes"
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", t.measure, t.goal, t.got, met)
+	}
+}
+
+// machine describes the machine: CPU model, cores, Go, kernel, load.
+func machine() string {
+	model := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.Lines(string(b)) {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				model = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	kernel := "?"
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		kernel = strings.TrimSpace(string(b))
+	}
+	return fmt.Sprintf("%s, %d cores, %s %s/%s, Linux %s; load average at start %s",
+		model, runtime.NumCPU(), runtime.Version(), runtime.GOOS, runtime.GOARCH, kernel, loadavg())
+}
+
+// loadavg is the 1, 5 and 15 minute load average from /proc/loadavg.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// formatDuration rounds d for progress lines.
+func formatDuration(d time.Duration) string { return d.Round(100 * time.Millisecond).String() }

@@ -1,0 +1,295 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// pollInterval is how often a run reads the sink's counters.
+const pollInterval = 10 * time.Millisecond
+
+// stallTimeout fails a run whose sink sees no new message for this long.
+const stallTimeout = 30 * time.Second
+
+// result is what one run of one system measured; the fields a kind does
+// not measure stay zero.
+type result struct {
+	rate      float64 // msgs/s, first request to last new message at the sink
+	cpuPer10k float64 // CPU seconds of the system process per 10,000 messages
+	rssMB     float64 // peak RSS (VmHWM) of the system process, MiB
+	conns     float64 // TCP connections the sink accepted
+	maxOpen   float64 // most sink connections open at once
+	dups      float64 // requests for a message the sink had already seen
+	p50, p99  float64 // publish-to-delivery latency, ms
+	p999      float64
+	cpuShare  float64 // CPU of the system over the window, % of one core
+	requests  float64 // requests the sink answered over the window
+	reqRate   float64 // requests/s over the window
+}
+
+// env is what every run shares: the binaries, the sink, the temp dir.
+type env struct {
+	opts      options
+	tmp       string
+	self      string // this benchmark's binary, re-executed for the roles
+	bridgeBin string
+	sink      *sinkClient
+}
+
+// run performs one run of sys in sc, in a fresh JetStream server with its
+// own store, and stops everything it started before returning.
+func (e *env) run(ctx context.Context, sc scenario, sys system, dir string) (result, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return result{}, err
+	}
+	defer os.RemoveAll(dir)
+	nd, natsURL, err := startChild(ctx, dir, "natsd", e.self, []string{"_natsd", "-store", filepath.Join(dir, "store")}, nil)
+	if err != nil {
+		return result{}, err
+	}
+	defer nd.stop()
+	pub, err := newPublisher(ctx, natsURL)
+	if err != nil {
+		return result{}, err
+	}
+	defer pub.close()
+	switch sc.kind {
+	case drain:
+		return e.drainRun(ctx, sc.backlog(sys), sys, pub, natsURL, dir)
+	case latency:
+		return e.latencyRun(ctx, sys, pub, natsURL, dir)
+	default:
+		return e.failureRun(ctx, sc, sys, pub, natsURL, dir)
+	}
+}
+
+// drainRun pre-publishes n messages, then starts sys and measures until
+// the sink has seen every one of them.
+func (e *env) drainRun(ctx context.Context, n int, sys system, pub *publisher, natsURL, dir string) (result, error) {
+	if err := pub.prepublish(ctx, n); err != nil {
+		return result{}, err
+	}
+	if err := e.sink.reset(ctx, n, http.StatusAccepted, n); err != nil {
+		return result{}, err
+	}
+	s, err := e.startSystem(ctx, sys, natsURL, dir)
+	if err != nil {
+		return result{}, err
+	}
+	defer s.stop()
+	// CPU is counted from the first request the sink sees: the start-up
+	// (config, connection, provisioning) is not part of the drain.
+	var cpu0 time.Duration
+	started := false
+	firstRequest := func(st sinkStats) error {
+		if started || st.Requests == 0 {
+			return nil
+		}
+		started = true
+		var err error
+		cpu0, err = cpuTime(s.pid())
+		return err
+	}
+	st, err := e.waitUnique(ctx, s, n, time.Minute+time.Duration(n)*2*time.Millisecond, firstRequest)
+	if err != nil {
+		return result{}, err
+	}
+	cpu1, err := cpuTime(s.pid())
+	if err != nil {
+		return result{}, err
+	}
+	rss, err := peakRSS(s.pid())
+	if err != nil {
+		return result{}, err
+	}
+	s.stop()
+	if st, err = e.sink.stats(ctx, false); err != nil { // late duplicates included
+		return result{}, err
+	}
+	secs := time.Duration(st.LastNewNS - st.FirstNS).Seconds()
+	return result{
+		rate:      float64(n) / max(secs, 1e-9),
+		cpuPer10k: (cpu1 - cpu0).Seconds() * 10_000 / float64(n),
+		rssMB:     float64(rss) / (1 << 20),
+		conns:     float64(st.Conns),
+		maxOpen:   float64(st.MaxOpen),
+		dups:      float64(st.Dups),
+	}, nil
+}
+
+// failureSettle separates a failure run's regime being reached from the
+// start of its measuring window (a quarter of the breaker delay).
+const failureSettle = breakerDelay / 4
+
+// latencyWarmup messages are delivered before the paced ones are timed.
+const latencyWarmup = 200
+
+// latencyRun starts sys on an empty stream, warms it up, then publishes
+// at the fixed rate and reads the latency percentiles at the sink.
+func (e *env) latencyRun(ctx context.Context, sys system, pub *publisher, natsURL, dir string) (result, error) {
+	paced := e.opts.rate * int(e.opts.latencyFor/time.Second)
+	total := latencyWarmup + paced
+	if err := e.sink.reset(ctx, total, http.StatusAccepted, latencyWarmup); err != nil {
+		return result{}, err
+	}
+	s, err := e.startSystem(ctx, sys, natsURL, dir)
+	if err != nil {
+		return result{}, err
+	}
+	defer s.stop()
+	if err := pub.paced(ctx, 0, latencyWarmup, e.opts.rate); err != nil {
+		return result{}, err
+	}
+	if _, err := e.waitUnique(ctx, s, latencyWarmup, stallTimeout, nil); err != nil {
+		return result{}, err
+	}
+	cpu0, err := cpuTime(s.pid())
+	if err != nil {
+		return result{}, err
+	}
+	if err := pub.paced(ctx, latencyWarmup, paced, e.opts.rate); err != nil {
+		return result{}, err
+	}
+	if _, err := e.waitUnique(ctx, s, total, stallTimeout, nil); err != nil {
+		return result{}, err
+	}
+	cpu1, err := cpuTime(s.pid())
+	if err != nil {
+		return result{}, err
+	}
+	rss, err := peakRSS(s.pid())
+	if err != nil {
+		return result{}, err
+	}
+	st, err := e.sink.stats(ctx, true)
+	if err != nil {
+		return result{}, err
+	}
+	if st.Latencies != paced {
+		return result{}, fmt.Errorf("latency: %d timed deliveries, want %d", st.Latencies, paced)
+	}
+	ms := func(ns int64) float64 { return float64(ns) / 1e6 }
+	return result{
+		p50: ms(st.P50NS), p99: ms(st.P99NS), p999: ms(st.P999NS),
+		cpuPer10k: (cpu1 - cpu0).Seconds() * 10_000 / float64(paced),
+		rssMB:     float64(rss) / (1 << 20),
+		dups:      float64(st.Dups),
+	}, nil
+}
+
+// failureRun pre-publishes the backlog, points sys at a sink answering
+// 503 (breakerOpen) or 500 (status500) to everything, waits until the
+// failure regime is reached and measures the system's cost over a window.
+func (e *env) failureRun(ctx context.Context, sc scenario, sys system, pub *publisher, natsURL, dir string) (result, error) {
+	n := sc.backlog(sys)
+	if err := pub.prepublish(ctx, n); err != nil {
+		return result{}, err
+	}
+	code := http.StatusServiceUnavailable
+	if sc.kind == status500 {
+		code = http.StatusInternalServerError
+	}
+	if err := e.sink.reset(ctx, n, code, n); err != nil {
+		return result{}, err
+	}
+	s, err := e.startSystem(ctx, sys, natsURL, dir)
+	if err != nil {
+		return result{}, err
+	}
+	defer s.stop()
+	// The regime: for jetbridge with a breaker, the breaker is open; else
+	// at least as many requests as messages were sent (the naive bridge's
+	// immediate redeliveries may keep some messages from ever being tried).
+	if sc.kind == breakerOpen && !sys.naive {
+		if err := s.waitBreaker(ctx, "open", stallTimeout); err != nil {
+			return result{}, err
+		}
+	} else if _, err := e.waitSink(ctx, s, fmt.Sprintf("%d requests", n), stallTimeout,
+		func(st sinkStats) bool { return st.Requests >= int64(n) },
+		func(st sinkStats) int64 { return st.Requests }, nil); err != nil {
+		return result{}, err
+	}
+	// Requests sent just before the breaker opened may still be arriving.
+	if err := sleep(ctx, failureSettle); err != nil {
+		return result{}, err
+	}
+	st0, err := e.sink.stats(ctx, false)
+	if err != nil {
+		return result{}, err
+	}
+	cpu0, err := cpuTime(s.pid())
+	if err != nil {
+		return result{}, err
+	}
+	window := e.opts.window(sc.kind)
+	start := time.Now()
+	if err := sleep(ctx, window); err != nil {
+		return result{}, err
+	}
+	cpu1, err := cpuTime(s.pid())
+	if err != nil {
+		return result{}, err
+	}
+	st1, err := e.sink.stats(ctx, false)
+	if err != nil {
+		return result{}, err
+	}
+	elapsed := time.Since(start)
+	if err := s.exited(); err != nil {
+		return result{}, err
+	}
+	reqs := float64(st1.Requests - st0.Requests)
+	return result{
+		cpuShare: 100 * (cpu1 - cpu0).Seconds() / elapsed.Seconds(),
+		requests: reqs,
+		reqRate:  reqs / elapsed.Seconds(),
+	}, nil
+}
+
+// waitUnique polls the sink until it has seen want distinct messages.
+func (e *env) waitUnique(ctx context.Context, s *sut, want int, timeout time.Duration, observe func(sinkStats) error) (sinkStats, error) {
+	return e.waitSink(ctx, s, fmt.Sprintf("%d messages", want), timeout,
+		func(st sinkStats) bool { return st.Unique >= want },
+		func(st sinkStats) int64 { return int64(st.Unique) }, observe)
+}
+
+// waitSink polls the sink until done holds. It fails when the system
+// exits, when progress does not change for stallTimeout or when timeout
+// passes; each poll's counters go to observe (if set).
+func (e *env) waitSink(ctx context.Context, s *sut, what string, timeout time.Duration,
+	done func(sinkStats) bool, progress func(sinkStats) int64, observe func(sinkStats) error) (sinkStats, error) {
+	deadline := time.Now().Add(timeout)
+	last, lastProgress := int64(-1), time.Now()
+	for {
+		st, err := e.sink.stats(ctx, false)
+		if err != nil {
+			return st, err
+		}
+		if observe != nil {
+			if err := observe(st); err != nil {
+				return st, err
+			}
+		}
+		if done(st) {
+			return st, nil
+		}
+		if err := s.exited(); err != nil {
+			return st, err
+		}
+		now := time.Now()
+		if p := progress(st); p != last {
+			last, lastProgress = p, now
+		}
+		if now.Sub(lastProgress) > stallTimeout || now.After(deadline) {
+			return st, fmt.Errorf("waiting for %s: the sink has %d distinct messages, %d requests, %d duplicates, %d invalid after %s%s",
+				what, st.Unique, st.Requests, st.Dups, st.Invalid, formatDuration(timeout), s.logTail())
+		}
+		if err := sleep(ctx, pollInterval); err != nil {
+			return st, err
+		}
+	}
+}

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"fmt"
+	"time"
+)
+
+// kind is what a run measures.
+type kind int
+
+const (
+	// drain: pre-publish the backlog, start the system, time the drain.
+	drain kind = iota
+	// latency: start the system, publish at a fixed rate, time each event.
+	latency
+	// breakerOpen: destination answers 503, breaker open; cost over a window.
+	breakerOpen
+	// status500: destination answers 500 to everything; cost over a window.
+	status500
+)
+
+// scenario is a pair of systems measured alternately (A B A B …); ratios
+// are A / B of the same pair of runs.
+type scenario struct {
+	name  string // for -scenarios
+	title string
+	kind  kind
+	a, b  system
+	n     int // backlog (drain, failure runs) unless a system sets its own
+	runs  int
+}
+
+// options are the benchmark's flags.
+type options struct {
+	runs, failureRuns int
+	n, connsN         int
+	rssSmall, rssBig  int
+	rate              int
+	latencyFor        time.Duration
+	breakerFor        time.Duration
+	status500For      time.Duration
+	status500Backlog  int
+}
+
+func defaultOptions(quick bool) options {
+	if quick {
+		return options{
+			runs: 3, failureRuns: 1, n: 10_000, connsN: 20_000, rssSmall: 5_000, rssBig: 50_000,
+			rate: 1000, latencyFor: 5 * time.Second, breakerFor: 10 * time.Second,
+			status500For: 5 * time.Second, status500Backlog: 100,
+		}
+	}
+	return options{
+		runs: 5, failureRuns: 1, n: 30_000, connsN: 100_000, rssSmall: 20_000, rssBig: 200_000,
+		rate: 1000, latencyFor: 10 * time.Second, breakerFor: 30 * time.Second,
+		status500For: 10 * time.Second, status500Backlog: 100,
+	}
+}
+
+// status500Backoff is the route's backoff in the status500 scenario: the
+// redelivery rate is bounded by backlog / backoff.
+const (
+	status500Backoff     = time.Second
+	status500BackoffYAML = "[1s]"
+)
+
+// allScenarios are the scenarios of issue 10, in the order they run.
+func allScenarios(o options) []scenario {
+	jb := func(inFlight int) system { return system{inFlight: inFlight} }
+	naive := func(k int) system { return system{naive: true, inFlight: k} }
+	raw := jb(64)
+	raw.format = "raw"
+	idem := jb(64)
+	idem.idempotency = true
+	small, big := jb(64), jb(64)
+	small.messages, big.messages = o.rssSmall, o.rssBig
+	failing := system{inFlight: 64, noBreaker: true, backoff: status500BackoffYAML, maxDeliver: 1000}
+	return []scenario{
+		{name: "envelope", title: "envelope, defaults (breaker, transport retry, metrics; idempotency off)", kind: drain, a: jb(64), b: naive(64), n: o.n, runs: o.runs},
+		{name: "raw", title: "format raw", kind: drain, a: raw, b: naive(64), n: o.n, runs: o.runs},
+		{name: "mif256", title: "envelope, max_in_flight 256", kind: drain, a: jb(256), b: naive(256), n: o.n, runs: o.runs},
+		{name: "idempotency", title: "idempotency on vs off", kind: drain, a: idem, b: jb(64), n: o.n, runs: o.runs},
+		{name: "latency", title: fmt.Sprintf("publish-to-delivery latency at %d msgs/s for %s", o.rate, o.latencyFor), kind: latency, a: jb(32), b: naive(32), runs: o.runs},
+		{name: "conns256", title: fmt.Sprintf("sink TCP connections, %d messages, max_in_flight 256", o.connsN), kind: drain, a: jb(256), b: naive(256), n: o.connsN, runs: o.runs},
+		{name: "conns1024", title: fmt.Sprintf("sink TCP connections, %d messages, max_in_flight 1024", o.connsN), kind: drain, a: jb(1024), b: naive(1024), n: o.connsN, runs: o.runs},
+		{name: "rss", title: fmt.Sprintf("peak RSS flatness, %d vs %d backlog", o.rssSmall, o.rssBig), kind: drain, a: small, b: big, runs: o.runs},
+		{name: "breaker", title: fmt.Sprintf("destination answering 503, breaker open, %s window", o.breakerFor), kind: breakerOpen, a: jb(64), b: naive(64), n: 1000, runs: o.failureRuns},
+		{name: "status500", title: fmt.Sprintf("destination answering 500 to everything, %d messages, %s window (jetbridge: breaker off, backoff %s)", o.status500Backlog, o.status500For, status500BackoffYAML), kind: status500, a: failing, b: naive(64), n: o.status500Backlog, runs: o.failureRuns},
+	}
+}
+
+// backlog is the number of messages sys drains in sc.
+func (sc scenario) backlog(sys system) int {
+	if sys.messages > 0 {
+		return sys.messages
+	}
+	return sc.n
+}
+
+// window is how long a failure run measures.
+func (o options) window(k kind) time.Duration {
+	if k == breakerOpen {
+		return o.breakerFor
+	}
+	return o.status500For
+}

@@ -1,0 +1,202 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// system is one system under test: the real bridge binary with one route,
+// or the naive reference bridge.
+type system struct {
+	naive       bool
+	inFlight    int    // max_in_flight, or K for the naive bridge
+	format      string // envelope (default) or raw
+	idempotency bool
+	noBreaker   bool
+	backoff     string // YAML flow list, "" for the default
+	maxDeliver  int    // 0 for the default
+	messages    int    // backlog of this system in drain runs; 0: the scenario's
+}
+
+func (s system) label() string {
+	if s.naive {
+		return fmt.Sprintf("naive, K=%d", s.inFlight)
+	}
+	parts := []string{"jetbridge", cmp(s.format, "envelope"), "max_in_flight " + strconv.Itoa(s.inFlight)}
+	if s.idempotency {
+		parts = append(parts, "idempotency on")
+	}
+	if s.noBreaker {
+		parts = append(parts, "breaker off")
+	}
+	if s.backoff != "" {
+		parts = append(parts, "backoff "+s.backoff)
+	}
+	if s.messages > 0 {
+		parts = append(parts, fmt.Sprintf("%dk backlog", s.messages/1000))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func cmp(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+// breakerDelay is the circuit breaker's default delay (README
+// "Configuration"): the bridge's configs here never change it.
+const breakerDelay = 2 * time.Second
+
+// bridgeConfig is the YAML configuration of the bridge for sys: defaults
+// everywhere except the NATS URL, the admin address, the destination and
+// the route's knobs of sys.
+func bridgeConfig(sys system, natsURL, adminAddr, destURL string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "nats:\n  url: %q\n", natsURL)
+	fmt.Fprintf(&b, "admin:\n  listen: %q\n", adminAddr)
+	b.WriteString("log:\n  level: info\n  format: json\n")
+	b.WriteString("shutdown_timeout: 5s\n")
+	fmt.Fprintf(&b, "destinations:\n  sink:\n    url: %q\n    format: %s\n", destURL, cmp(sys.format, "envelope"))
+	if sys.noBreaker {
+		b.WriteString("    circuit_breaker:\n      enabled: false\n")
+	}
+	b.WriteString("routes:\n  - name: bench\n    subjects: [\"events.>\"]\n    destination: sink\n")
+	fmt.Fprintf(&b, "    max_in_flight: %d\n    idempotency: %t\n", sys.inFlight, sys.idempotency)
+	if sys.backoff != "" {
+		fmt.Fprintf(&b, "    backoff: %s\n", sys.backoff)
+	}
+	if sys.maxDeliver > 0 {
+		fmt.Fprintf(&b, "    max_deliver: %d\n", sys.maxDeliver)
+	}
+	return b.String()
+}
+
+// sut is a running system under test.
+type sut struct {
+	*child
+	admin string // jetbridge's admin address; "" for the naive bridge
+}
+
+// startSystem starts sys against the server at natsURL. The bridge is
+// started from the binary built for this benchmark, with a config file in
+// dir; the naive bridge is this binary in its "_naive" role. It does not
+// wait for the bridge to be ready: drain runs time from the first request.
+func (e *env) startSystem(ctx context.Context, sys system, natsURL, dir string) (*sut, error) {
+	if sys.naive {
+		c, _, err := startChild(ctx, dir, "naive", e.self,
+			[]string{"_naive", "-nats", natsURL, "-url", e.sink.dest, "-k", strconv.Itoa(sys.inFlight), "-stream", streamName}, nil)
+		if err != nil {
+			return nil, err
+		}
+		return &sut{child: c}, nil
+	}
+	admin, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	cfgPath := filepath.Join(dir, "bridge.yaml")
+	if err := os.WriteFile(cfgPath, []byte(bridgeConfig(sys, natsURL, admin, e.sink.dest)), 0o600); err != nil {
+		return nil, err
+	}
+	c, err := startBridge(ctx, dir, e.bridgeBin, cfgPath)
+	if err != nil {
+		return nil, err
+	}
+	return &sut{child: c, admin: admin}, nil
+}
+
+// startBridge starts the bridge binary ("bridge run"). It prints no ready
+// line: the caller waits on its admin endpoint.
+func startBridge(ctx context.Context, dir, bin, cfgPath string) (*child, error) {
+	c, _, err := startChildWith(ctx, dir, "bridge", bin, []string{"run", "--config", cfgPath}, nil, false)
+	return c, err
+}
+
+// status is the part of the bridge's GET /status the benchmark reads.
+type status struct {
+	Routes []struct {
+		Breaker string `json:"breaker"`
+	} `json:"routes"`
+}
+
+// waitBreaker waits until the bridge's /status answers and, unless want is
+// "", its route's breaker is in state want.
+func (s *sut) waitBreaker(ctx context.Context, want string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	hc := &http.Client{Timeout: time.Second}
+	last := "no answer"
+	for {
+		if err := s.exited(); err != nil {
+			return err
+		}
+		if got, err := s.breaker(ctx, hc); err != nil {
+			last = err.Error()
+		} else if want == "" || got == want {
+			return nil
+		} else {
+			last = "breaker " + got
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("bridge /status: want breaker %q within %s, last: %s%s", want, timeout, last, s.logTail())
+		}
+		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+func (s *sut) breaker(ctx context.Context, hc *http.Client) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.admin+"/status", nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("/status %d", resp.StatusCode)
+	}
+	var st status
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&st); err != nil {
+		return "", err
+	}
+	if len(st.Routes) != 1 {
+		return "", fmt.Errorf("/status lists %d routes, want 1", len(st.Routes))
+	}
+	return st.Routes[0].Breaker, nil
+}
+
+// freeAddr is a free loopback address for the bridge's admin listener.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
