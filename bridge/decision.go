@@ -94,6 +94,9 @@ type Decision struct {
 // table of the README's Delivery section, unusual cases included: every
 // settlement of a source message (settle.go) is one of its rows.
 func Decide(err error, delivered uint64, p SettlePolicy) Decision {
+	if err == nil {
+		return Decision{Action: Ack} // before the targets below, which escape: no allocation for a 2xx
+	}
 	var (
 		te  *TransportError
 		de  *DownstreamError
@@ -103,7 +106,7 @@ func Decide(err error, delivered uint64, p SettlePolicy) Decision {
 		dle *DeadLetterError
 	)
 	switch {
-	case err == nil, errors.As(err, &dup):
+	case errors.As(err, &dup):
 		return Decision{Action: Ack}
 	case errors.As(err, &dle):
 		// The dead letter was not stored: never terminate, try again later.

@@ -125,8 +125,11 @@ func (r *route) deliver(stop, work context.Context, p *payload, ev *event) (int,
 // gotResponse reports whether an attempt's outcome is an HTTP response
 // (a 2xx or another status), whose duration measures the destination.
 func gotResponse(failure error) bool {
+	if failure == nil {
+		return true
+	}
 	var de *DownstreamError
-	return failure == nil || errors.As(failure, &de)
+	return errors.As(failure, &de)
 }
 
 // progress sends InProgress every third of ack_wait until stopped, so a long

@@ -381,6 +381,9 @@ func (g *gate) status() GateStatus {
 // failed with failure: the Retry-After of a 429 or 503, capped by the
 // route's max_retry_after; 0 for anything else.
 func retryAfterPause(failure error, maxRetryAfter time.Duration) time.Duration {
+	if failure == nil {
+		return 0
+	}
 	var de *DownstreamError
 	if !errors.As(failure, &de) || de.RetryAfter <= 0 ||
 		de.Status != http.StatusTooManyRequests && de.Status != http.StatusServiceUnavailable {

@@ -53,8 +53,7 @@ func (r *route) settle(m jetstream.Msg, ev *event, failure error, tries int, sto
 	switch d.Action {
 	case Ack:
 		out.Outcome = OutcomeDelivered
-		var dup *DuplicateEventError
-		if errors.As(failure, &dup) {
+		if failure != nil { // a duplicate: the only other failure Decide acks
 			out.Outcome = OutcomeDuplicateSkipped
 		}
 		err = r.b.parts.ack(ctx, m, r.b.js.Conn().IsConnected())
