@@ -27,6 +27,7 @@ func runBench(ctx context.Context, args []string) error {
 	n := fs.Int("n", 0, "backlog of the throughput scenarios (default 30000, -quick 10000)")
 	bridgeBin := fs.String("bridge", "", "use this bridge binary instead of building ./cmd/bridge")
 	keep := fs.Bool("keep", false, "keep the temp dir (logs of the last runs)")
+	perfDir := fs.String("perf", "", "record each drain run's system process with Linux `perf record -g` into this directory (those runs' figures include perf's overhead)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -58,6 +59,17 @@ func runBench(ctx context.Context, args []string) error {
 		defer os.RemoveAll(tmp)
 	}
 	e := &env{opts: o, tmp: tmp}
+	if *perfDir != "" {
+		if _, err := exec.LookPath("perf"); err != nil {
+			return fmt.Errorf("-perf: %w", err)
+		}
+		if e.perfDir, err = filepath.Abs(*perfDir); err != nil {
+			return err
+		}
+		if err := os.MkdirAll(e.perfDir, 0o755); err != nil {
+			return fmt.Errorf("-perf: %w", err)
+		}
+	}
 	if e.self, err = os.Executable(); err != nil {
 		return err
 	}

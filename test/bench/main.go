@@ -5,8 +5,8 @@
 // here, the two alternating run by run (A B A B …). It prints medians and
 // paired ratios as Markdown tables, then the targets met or missed.
 //
-//	go run ./test/bench            # every scenario, 5 runs each (~25 min on 2 cores)
-//	go run ./test/bench -quick     # smaller N, 3 runs: a few minutes
+//	go run ./test/bench            # every scenario, 5 pairs each (~15 min on 2 cores)
+//	go run ./test/bench -quick     # smaller N, 3 pairs: about 3 minutes
 //	go run ./test/bench -scenarios envelope,latency -runs 7
 //
 // Invariants:

@@ -187,3 +187,12 @@ func peakRSS(pid int) (int64, error) {
 	}
 	return 0, fmt.Errorf("/proc/%d/status: no VmHWM", pid)
 }
+
+// startPerf records the process pid with Linux perf (call graphs, 999 Hz)
+// into out until stopped or until the process exits. Read the file with
+// `perf report -i out`.
+func startPerf(ctx context.Context, logDir, out string, pid int) (*child, error) {
+	c, _, err := startChildWith(ctx, logDir, "perf", "perf",
+		[]string{"record", "-F", "999", "-g", "-p", strconv.Itoa(pid), "-o", out}, nil, false)
+	return c, err
+}

@@ -22,7 +22,6 @@ type result struct {
 	cpuPer10k float64 // CPU seconds of the system process per 10,000 messages
 	rssMB     float64 // peak RSS (VmHWM) of the system process, MiB
 	conns     float64 // TCP connections the sink accepted
-	maxOpen   float64 // most sink connections open at once
 	dups      float64 // requests for a message the sink had already seen
 	p50, p99  float64 // publish-to-delivery latency, ms
 	p999      float64
@@ -38,6 +37,7 @@ type env struct {
 	self      string // this benchmark's binary, re-executed for the roles
 	bridgeBin string
 	sink      *sinkClient
+	perfDir   string // -perf: record each drain's system process here
 }
 
 // run performs one run of sys in sc, in a fresh JetStream server with its
@@ -81,6 +81,13 @@ func (e *env) drainRun(ctx context.Context, n int, sys system, pub *publisher, n
 		return result{}, err
 	}
 	defer s.stop()
+	if e.perfDir != "" {
+		rec, err := startPerf(ctx, dir, filepath.Join(e.perfDir, filepath.Base(dir)+".perf.data"), s.pid())
+		if err != nil {
+			return result{}, err
+		}
+		defer rec.stop() // before s.stop: perf writes its file on SIGTERM
+	}
 	// CPU is counted from the first request the sink sees: the start-up
 	// (config, connection, provisioning) is not part of the drain.
 	var cpu0 time.Duration
@@ -116,7 +123,6 @@ func (e *env) drainRun(ctx context.Context, n int, sys system, pub *publisher, n
 		cpuPer10k: (cpu1 - cpu0).Seconds() * 10_000 / float64(n),
 		rssMB:     float64(rss) / (1 << 20),
 		conns:     float64(st.Conns),
-		maxOpen:   float64(st.MaxOpen),
 		dups:      float64(st.Dups),
 	}, nil
 }

@@ -31,7 +31,7 @@ func (s system) label() string {
 	if s.naive {
 		return fmt.Sprintf("naive, K=%d", s.inFlight)
 	}
-	parts := []string{"jetbridge", cmp(s.format, "envelope"), "max_in_flight " + strconv.Itoa(s.inFlight)}
+	parts := []string{"jetbridge", orDefault(s.format, "envelope"), "max_in_flight " + strconv.Itoa(s.inFlight)}
 	if s.idempotency {
 		parts = append(parts, "idempotency on")
 	}
@@ -47,7 +47,8 @@ func (s system) label() string {
 	return strings.Join(parts, ", ")
 }
 
-func cmp(v, def string) string {
+// orDefault is v, or def when v is empty.
+func orDefault(v, def string) string {
 	if v == "" {
 		return def
 	}
@@ -67,7 +68,7 @@ func bridgeConfig(sys system, natsURL, adminAddr, destURL string) string {
 	fmt.Fprintf(&b, "admin:\n  listen: %q\n", adminAddr)
 	b.WriteString("log:\n  level: info\n  format: json\n")
 	b.WriteString("shutdown_timeout: 5s\n")
-	fmt.Fprintf(&b, "destinations:\n  sink:\n    url: %q\n    format: %s\n", destURL, cmp(sys.format, "envelope"))
+	fmt.Fprintf(&b, "destinations:\n  sink:\n    url: %q\n    format: %s\n", destURL, orDefault(sys.format, "envelope"))
 	if sys.noBreaker {
 		b.WriteString("    circuit_breaker:\n      enabled: false\n")
 	}
