@@ -107,7 +107,7 @@ func TestQuickstart(t *testing.T) {
 }
 
 // assertDelivery checks one request against the contract's envelope
-// format (CONTRACT 4.1).
+// format (README "The request").
 func assertDelivery(t *testing.T, r jetbridgetest.Request, id, subject, payload string) {
 	t.Helper()
 	if r.Method != http.MethodPost || r.Path != "/events" {
