@@ -25,6 +25,7 @@ type system struct {
 	backoff     string // YAML flow list, "" for the default
 	maxDeliver  int    // 0 for the default
 	messages    int    // backlog of this system in drain runs; 0: the scenario's
+	concurrency int    // the destination's concurrency.max; 0: no flow control
 }
 
 func (s system) label() string {
@@ -40,6 +41,9 @@ func (s system) label() string {
 	}
 	if s.backoff != "" {
 		parts = append(parts, "backoff "+s.backoff)
+	}
+	if s.concurrency > 0 {
+		parts = append(parts, "concurrency "+strconv.Itoa(s.concurrency))
 	}
 	if s.messages > 0 {
 		parts = append(parts, fmt.Sprintf("%dk backlog", s.messages/1000))
@@ -71,6 +75,9 @@ func bridgeConfig(sys system, natsURL, adminAddr, destURL string) string {
 	fmt.Fprintf(&b, "destinations:\n  sink:\n    url: %q\n    format: %s\n", destURL, orDefault(sys.format, "envelope"))
 	if sys.noBreaker {
 		b.WriteString("    circuit_breaker:\n      enabled: false\n")
+	}
+	if sys.concurrency > 0 {
+		fmt.Fprintf(&b, "    concurrency: {max: %d}\n", sys.concurrency)
 	}
 	b.WriteString("routes:\n  - name: bench\n    subjects: [\"events.>\"]\n    destination: sink\n")
 	fmt.Fprintf(&b, "    max_in_flight: %d\n    idempotency: %t\n", sys.inFlight, sys.idempotency)
