@@ -12,7 +12,6 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/sotercare/jetbridge/bridge"
 	"github.com/sotercare/jetbridge/config"
 )
 
@@ -144,25 +143,3 @@ func TestDemoUsage(t *testing.T) {
 	}
 }
 
-// Breaker callbacks may arrive out of order; the tally follows the chain.
-func TestDemoTallyBreakerOrder(t *testing.T) {
-	tl := newDemoTally()
-	tl.breaker("caregiver", bridge.BreakerClosed, bridge.BreakerOpen)
-	tl.breaker("caregiver", bridge.BreakerHalfOpen, bridge.BreakerClosed) // before its predecessor
-	if s := tl.snapshot(); s.breakerState != bridge.BreakerOpen || s.closed != 0 {
-		t.Fatalf("applied a transition out of order: %+v", s)
-	}
-	tl.breaker("caregiver", bridge.BreakerOpen, bridge.BreakerHalfOpen)
-	s := tl.snapshot()
-	if s.breakerState != bridge.BreakerClosed || s.opened != 1 || s.closed != 1 || s.probesFailed != 0 {
-		t.Fatalf("snapshot %+v, want closed after 1 open and 1 close", s)
-	}
-	var got []string
-	for _, n := range tl.takeNotes() {
-		got = append(got, n.text)
-	}
-	want := []string{"breaker caregiver: closed -> open", "breaker caregiver: open -> half-open", "breaker caregiver: half-open -> closed"}
-	if strings.Join(got, "|") != strings.Join(want, "|") {
-		t.Fatalf("notes %q, want %q", got, want)
-	}
-}

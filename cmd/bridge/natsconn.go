@@ -349,7 +349,7 @@ func openNATSWith(ctx context.Context, cfg *config.Config, log zerolog.Logger, b
 	built, err := build(cfg.NATS, log, &c.closing)
 	if err != nil {
 		c.close()
-		return nil, &exitError{code: 2, msg: err.Error()}
+		return nil, &exitError{Code: 2, Msg: err.Error()}
 	}
 	// Ours first: the options built after them may replace any of them.
 	// A failed nats.Connect calls no handler, so only the kept connection
@@ -369,7 +369,7 @@ func openNATSWith(ctx context.Context, cfg *config.Config, log zerolog.Logger, b
 		class := classifyConnErr(err)
 		if class != connUnreachable {
 			c.close()
-			return nil, &exitError{code: 1, msg: fmt.Sprintf("nats: %s at %s: %s", class, shown, cause)}
+			return nil, &exitError{Code: 1, Msg: fmt.Sprintf("nats: %s at %s: %s", class, shown, cause)}
 		}
 		reason := fmt.Sprintf("cannot reach NATS at %s: %s", shown, cause)
 		notReady(reason)

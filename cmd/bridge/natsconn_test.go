@@ -72,7 +72,7 @@ func exitCode(err error) int {
 	case err == nil:
 		return 0
 	case errors.As(err, &ee):
-		return ee.code
+		return ee.Code
 	}
 	return 1
 }
