@@ -30,7 +30,9 @@ not change the exit code.`,
 		Example: `  bridge check --config config/quickstart.yaml
   bridge check --config config/quickstart.yaml --json | jq .routes`,
 		Args: cli.NoArgs,
-		RunE: func(c *cobra.Command, _ []string) error { return cmdCheck(path, asJSON, c.OutOrStdout(), c.ErrOrStderr()) },
+		RunE: func(c *cobra.Command, _ []string) error {
+			return cmdCheck(path, asJSON, c.OutOrStdout(), c.ErrOrStderr())
+		},
 	}
 	configFlag(c.Flags(), &path)
 	c.Flags().BoolVar(&asJSON, "json", false, `print one JSON object: {"ok","errors","warnings","nats","stream","routes","destinations"}`)
@@ -137,14 +139,14 @@ func loopbackListen(hostPort string) bool {
 
 // checkReport is the output of check --json.
 type checkReport struct {
-	OK           bool                `json:"ok"`
-	Errors       []string            `json:"errors,omitempty"`
-	Warnings     []configWarning     `json:"warnings"`
-	NATS         string              `json:"nats,omitempty"`
-	Stream       *checkStream        `json:"stream,omitempty"`
-	DeadLetter   *checkDeadLetter    `json:"dead_letter,omitempty"`
-	Routes       []checkRoute        `json:"routes,omitempty"`
-	Destinations []checkDestination  `json:"destinations,omitempty"`
+	OK           bool               `json:"ok"`
+	Errors       []string           `json:"errors,omitempty"`
+	Warnings     []configWarning    `json:"warnings"`
+	NATS         string             `json:"nats,omitempty"`
+	Stream       *checkStream       `json:"stream,omitempty"`
+	DeadLetter   *checkDeadLetter   `json:"dead_letter,omitempty"`
+	Routes       []checkRoute       `json:"routes,omitempty"`
+	Destinations []checkDestination `json:"destinations,omitempty"`
 }
 
 type checkStream struct {

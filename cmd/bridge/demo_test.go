@@ -142,4 +142,3 @@ func TestDemoUsage(t *testing.T) {
 		t.Errorf("default duration %s + drain %s = %s: leaves no room under 30 s", demoDefaultDuration, demoDrainTimeout, worst)
 	}
 }
-

@@ -204,7 +204,6 @@ func (e *dlqEnv) run(args ...string) result {
 	return runBridge(e.t, append(args, "--config", e.path)...)
 }
 
-
 func TestDLQList(t *testing.T) {
 	// Given three rejected events on ra, two on rb, and one crafted
 	// max-deliveries dead letter without a status on ra
