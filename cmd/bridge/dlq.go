@@ -173,7 +173,7 @@ func dialNATS(cfg *config.Config, closing *atomic.Bool, stderr io.Writer) (*nats
 	opts = append(opts, nats.RetryOnFailedConnect(false))
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		cause := scrub(connectCause(err, url), natsSecrets(cfg.NATS))
+		cause := scrub(cli.ConnectCause(err, url), natsSecrets(cfg.NATS))
 		if class := classifyConnErr(err); class != connUnreachable {
 			return nil, nil, fmt.Errorf("%s at %s: %s", class, shown, cause)
 		}

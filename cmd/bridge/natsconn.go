@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"strings"
@@ -20,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sotercare/jetbridge/config"
+	"github.com/sotercare/jetbridge/internal/cli"
 	"github.com/sotercare/jetbridge/internal/embedded"
 )
 
@@ -194,7 +194,7 @@ func natsOptions(nc config.NATS, log zerolog.Logger, closing *atomic.Bool) ([]na
 		return nil, err
 	}
 	secrets := natsSecrets(nc)
-	asyncErrs := &fallingRate{}
+	asyncErrs := &cli.FallingRate{}
 	opts := []nats.Option{
 		nats.Name(nc.Name),
 		nats.MaxReconnects(-1),
@@ -212,7 +212,7 @@ func natsOptions(nc config.NATS, log zerolog.Logger, closing *atomic.Bool) ([]na
 			ev.Msg("disconnected from NATS; reconnecting")
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) {
-			asyncErrs.reset()
+			asyncErrs.Reset()
 			log.Info().Str("server", config.Secret(c.ConnectedUrlRedacted()).RedactedURL()).Msg("reconnected to NATS")
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
@@ -220,7 +220,7 @@ func natsOptions(nc config.NATS, log zerolog.Logger, closing *atomic.Bool) ([]na
 				return
 			}
 			class := classifyConnErr(err)
-			n, ok := asyncErrs.next(class.String() + err.Error())
+			n, ok := asyncErrs.Next(class.String() + err.Error())
 			if !ok {
 				return
 			}
@@ -263,31 +263,6 @@ func natsOptions(nc config.NATS, log zerolog.Logger, closing *atomic.Bool) ([]na
 		opts = append(opts, nats.ClientCert(t.CertFile, t.KeyFile))
 	}
 	return opts, nil
-}
-
-// fallingRate lets the 1st, 2nd, 4th, 8th... occurrence of the same error
-// through: an error repeated on every reconnect attempt (every half
-// second) is logged ever more rarely, with its count.
-type fallingRate struct {
-	mu   sync.Mutex
-	last string
-	n    int
-}
-
-func (f *fallingRate) next(key string) (n int, log bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if key != f.last {
-		f.last, f.n = key, 0
-	}
-	f.n++
-	return f.n, f.n&(f.n-1) == 0
-}
-
-func (f *fallingRate) reset() {
-	f.mu.Lock()
-	f.last, f.n = "", 0
-	f.mu.Unlock()
 }
 
 // natsConn is the connection to JetStream, with the embedded server behind
@@ -358,14 +333,14 @@ func openNATSWith(ctx context.Context, cfg *config.Config, log zerolog.Logger, b
 	opts := append([]nats.Option{nats.ClosedHandler(func(*nats.Conn) { once.Do(func() { close(c.closed) }) })}, built...)
 	secrets := natsSecrets(cfg.NATS)
 	pause := firstConnectMin
-	rate := &fallingRate{}
+	rate := &cli.FallingRate{}
 	for attempt := 1; ; attempt++ {
 		nc, err := nats.Connect(url, opts...)
 		if err == nil {
 			c.nc = nc
 			break
 		}
-		cause := scrub(connectCause(err, url), secrets)
+		cause := scrub(cli.ConnectCause(err, url), secrets)
 		class := classifyConnErr(err)
 		if class != connUnreachable {
 			c.close()
@@ -373,7 +348,7 @@ func openNATSWith(ctx context.Context, cfg *config.Config, log zerolog.Logger, b
 		}
 		reason := fmt.Sprintf("cannot reach NATS at %s: %s", shown, cause)
 		notReady(reason)
-		if n, ok := rate.next(cause); ok {
+		if n, ok := rate.Next(cause); ok {
 			log.Warn().Str("url", shown).Str("error", cause).Int("attempts", n).Str("retry_in", pause.String()).
 				Msg("cannot reach NATS; retrying")
 		}
@@ -392,30 +367,6 @@ func openNATSWith(ctx context.Context, cfg *config.Config, log zerolog.Logger, b
 		return nil, err
 	}
 	return c, nil
-}
-
-// connectCause is err's text; nats.go reports a refused connection as
-// "no servers available", so then the dial error of the first server is
-// added ("connect: connection refused", a DNS failure...).
-func connectCause(err error, servers string) string {
-	if !errors.Is(err, nats.ErrNoServers) {
-		return err.Error()
-	}
-	first, _, _ := strings.Cut(servers, ",")
-	u, perr := url.Parse(strings.TrimSpace(first))
-	if perr != nil || u.Host == "" {
-		return err.Error()
-	}
-	host := u.Host
-	if u.Port() == "" {
-		host = net.JoinHostPort(u.Hostname(), "4222")
-	}
-	c, derr := net.DialTimeout("tcp", host, 2*time.Second)
-	if derr != nil {
-		return err.Error() + " (" + derr.Error() + ")"
-	}
-	c.Close()
-	return err.Error()
 }
 
 // optionsFunc builds the client options of the nats section.

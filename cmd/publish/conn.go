@@ -3,14 +3,15 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"net/url"
 	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/pflag"
 
+	"github.com/sotercare/jetbridge/internal/cli"
 	"github.com/sotercare/jetbridge/producer"
 )
 
@@ -23,15 +24,15 @@ type authFlags struct {
 	tlsCA, tlsCert, tlsKey             string
 }
 
-func (a *authFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&a.creds, "creds", "", "")
-	fs.StringVar(&a.nkey, "nkey", "", "")
-	fs.StringVar(&a.user, "user", "", "")
-	fs.StringVar(&a.password, "password", "", "")
-	fs.StringVar(&a.token, "token", "", "")
-	fs.StringVar(&a.tlsCA, "tls-ca", "", "")
-	fs.StringVar(&a.tlsCert, "tls-cert", "", "")
-	fs.StringVar(&a.tlsKey, "tls-key", "", "")
+func (a *authFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&a.creds, "creds", "", "NATS user credentials file")
+	fs.StringVar(&a.nkey, "nkey", "", "NKey seed file")
+	fs.StringVar(&a.user, "user", "", "user name, with --password")
+	fs.StringVar(&a.password, "password", "", "password of --user")
+	fs.StringVar(&a.token, "token", "", "authentication token")
+	fs.StringVar(&a.tlsCA, "tls-ca", "", "CA certificates to verify the server")
+	fs.StringVar(&a.tlsCert, "tls-cert", "", "client certificate, with --tls-key")
+	fs.StringVar(&a.tlsKey, "tls-key", "", "client key of --tls-cert")
 }
 
 // check rejects combinations that cannot work.
@@ -84,7 +85,7 @@ func (a *authFlags) options() ([]nats.Option, error) {
 // secrets are the values to keep out of error messages.
 func (a *authFlags) secrets(rawURL string) []string {
 	s := []string{a.password, a.token}
-	for _, u := range parseURLs(rawURL) {
+	for _, u := range cli.ParseServers(rawURL) {
 		if u.User != nil {
 			p, ok := u.User.Password()
 			if !ok {
@@ -96,29 +97,12 @@ func (a *authFlags) secrets(rawURL string) []string {
 	return s
 }
 
-// parseURLs parses the comma-separated server list as nats.Connect reads
-// it (a missing scheme means nats://). Unparseable entries are nil.
-func parseURLs(raw string) []*url.URL {
-	var out []*url.URL
-	for _, s := range strings.Split(raw, ",") {
-		s = strings.TrimSpace(s)
-		if !strings.Contains(s, "://") {
-			s = "nats://" + s
-		}
-		u, err := url.Parse(s)
-		if err != nil || u.Host == "" {
-			u = nil
-		}
-		out = append(out, u)
-	}
-	return out
-}
-
-// checkURL validates --url without echoing it: it may hold credentials.
+// checkURL validates --server without echoing it: it may hold
+// credentials.
 func checkURL(raw string) error {
-	for i, u := range parseURLs(raw) {
+	for i, u := range cli.ParseServers(raw) {
 		if u == nil {
-			return usagef("--url: server %d of the list is not a valid URL", i+1)
+			return usagef("--server: server %d of the list is not a valid URL", i+1)
 		}
 	}
 	return nil
@@ -128,7 +112,7 @@ func checkURL(raw string) error {
 // (url.URL.Redacted masks only a password, not a token given as the user.)
 func redactURL(raw string) string {
 	var out []string
-	for _, u := range parseURLs(raw) {
+	for _, u := range cli.ParseServers(raw) {
 		if u == nil {
 			out = append(out, "[invalid URL]")
 			continue
@@ -158,7 +142,7 @@ func connect(o *options) (*conn, error) {
 	}
 	nc, err := nats.Connect(o.url, opts...)
 	if err != nil {
-		return nil, c.scrub(fmt.Errorf("connect to NATS at %s: %w", redactURL(o.url), err))
+		return nil, c.scrub(fmt.Errorf("cannot reach NATS at %s: %s; is it running there? Give the server with -s/--server or $NATS_URL", redactURL(o.url), cli.ConnectCause(err, o.url)))
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {

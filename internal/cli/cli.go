@@ -15,11 +15,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -306,6 +310,32 @@ func ParseServers(raw string) []*url.URL {
 	return out
 }
 
+// ConnectCause is the text of an error of nats.Connect. nats.go reports a
+// refused connection as "no servers available", so then the dial error of
+// the first server is added ("connect: connection refused", a DNS
+// failure...). Callers scrub it of the credentials they know.
+func ConnectCause(err error, servers string) string {
+	if !errors.Is(err, nats.ErrNoServers) {
+		return err.Error()
+	}
+	first, _, _ := strings.Cut(servers, ",")
+	urls := ParseServers(first)
+	if len(urls) == 0 || urls[0] == nil {
+		return err.Error()
+	}
+	u := urls[0]
+	host := u.Host
+	if u.Port() == "" {
+		host = net.JoinHostPort(u.Hostname(), "4222")
+	}
+	c, derr := net.DialTimeout("tcp", host, 2*time.Second)
+	if derr != nil {
+		return err.Error() + " (" + derr.Error() + ")"
+	}
+	c.Close()
+	return err.Error()
+}
+
 // CheckServers validates a server list without echoing it: it may hold
 // credentials.
 func CheckServers(raw string) error {
@@ -320,6 +350,35 @@ func CheckServers(raw string) error {
 		}
 	}
 	return nil
+}
+
+// FallingRate lets the 1st, 2nd, 4th, 8th... occurrence of the same
+// error through: an error repeated on every reconnect attempt (every half
+// second) is logged ever more rarely, with its count. The zero value is
+// ready.
+type FallingRate struct {
+	mu   sync.Mutex
+	last string
+	n    int
+}
+
+// Next counts one occurrence of key (a different key starts again) and
+// reports whether to log it, with its count.
+func (f *FallingRate) Next(key string) (n int, log bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if key != f.last {
+		f.last, f.n = key, 0
+	}
+	f.n++
+	return f.n, f.n&(f.n-1) == 0
+}
+
+// Reset forgets the count.
+func (f *FallingRate) Reset() {
+	f.mu.Lock()
+	f.last, f.n = "", 0
+	f.mu.Unlock()
 }
 
 // IsTerminal reports whether w is a terminal.
