@@ -179,4 +179,3 @@ func validRoot(root string) error {
 	}
 	return nil
 }
-
