@@ -143,17 +143,10 @@ func dlqURL(cfg *config.Config) (url, shown string, err error) {
 	if !cfg.Embedded() {
 		return cfg.NATS.URL.Value(), cfg.NATS.URL.RedactedURL(), nil
 	}
-	host, port, err := net.SplitHostPort(cfg.NATS.Embedded.Listen)
-	if err != nil {
+	if _, _, err := net.SplitHostPort(cfg.NATS.Embedded.Listen); err != nil {
 		return "", "", &exitError{Code: 2, Msg: fmt.Sprintf("nats.embedded.listen: must be host:port, got %q", cfg.NATS.Embedded.Listen)}
 	}
-	switch host {
-	case "", "0.0.0.0":
-		host = "127.0.0.1"
-	case "::":
-		host = "::1"
-	}
-	url = "nats://" + net.JoinHostPort(host, port)
+	url = "nats://" + joinAddr(cfg.NATS.Embedded.Listen)
 	return url, url, nil
 }
 
@@ -175,12 +168,12 @@ func dialNATS(cfg *config.Config, closing *atomic.Bool, stderr io.Writer) (*nats
 	if err != nil {
 		cause := scrub(cli.ConnectCause(err, url), natsSecrets(cfg.NATS))
 		if class := classifyConnErr(err); class != connUnreachable {
-			return nil, nil, fmt.Errorf("%s at %s: %s", class, shown, cause)
+			return nil, nil, fmt.Errorf("%s at %s: %s; %s", class, shown, cause, class.hint())
 		}
 		if cfg.Embedded() {
 			return nil, nil, fmt.Errorf("cannot reach the bridge's embedded JetStream at %s (nats.embedded.listen): %s; is the bridge running? Start it with bridge run --config FILE, or point --server at your NATS", shown, cause)
 		}
-		return nil, nil, fmt.Errorf("cannot reach NATS at %s: %s; check that it runs there (the URL comes from --server, nats.url or $NATS_URL)", shown, cause)
+		return nil, nil, fmt.Errorf("cannot reach NATS at %s: %s; %s", shown, cause, connUnreachable.hint())
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {

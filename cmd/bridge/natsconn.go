@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -49,6 +50,19 @@ func (c connErrClass) String() string {
 		return "NATS credentials unusable"
 	}
 	return "cannot reach NATS"
+}
+
+// hint is what to check for a fatal class.
+func (c connErrClass) hint() string {
+	switch c {
+	case connAuth:
+		return "check nats.user and nats.password, nats.token, nats.nkey_seed_file or nats.creds_file against the server's accounts"
+	case connTLS:
+		return "check the URL's scheme (tls:// only for a TLS server) and nats.tls (ca_file for the server's certificate, cert_file and key_file when it wants a client certificate)"
+	case connCreds:
+		return "check nats.creds_file or nats.nkey_seed_file (a creds file from nsc, an nkey seed starting SU)"
+	}
+	return "check that the server runs there (the URL comes from --server, nats.url or $NATS_URL)"
 }
 
 // classifyConnErr sorts an error of nats.Connect (made without
@@ -314,7 +328,7 @@ func openNATSWith(ctx context.Context, cfg *config.Config, log zerolog.Logger, b
 			SyncAlways: cfg.NATS.Embedded.SyncAlways,
 		})
 		if err != nil {
-			return nil, fmt.Errorf("embedded JetStream: %w", err)
+			return nil, embeddedErr(cfg, err)
 		}
 		c.srv = srv
 		url, shown = srv.ClientURL(), srv.ClientURL()
@@ -344,13 +358,13 @@ func openNATSWith(ctx context.Context, cfg *config.Config, log zerolog.Logger, b
 		class := classifyConnErr(err)
 		if class != connUnreachable {
 			c.close()
-			return nil, &exitError{Code: 1, Msg: fmt.Sprintf("nats: %s at %s: %s", class, shown, cause)}
+			return nil, &exitError{Code: 1, Msg: fmt.Sprintf("nats: %s at %s: %s; %s", class, shown, cause, class.hint())}
 		}
 		reason := fmt.Sprintf("cannot reach NATS at %s: %s", shown, cause)
 		notReady(reason)
 		if n, ok := rate.Next(cause); ok {
 			log.Warn().Str("url", shown).Str("error", cause).Int("attempts", n).Str("retry_in", pause.String()).
-				Msg("cannot reach NATS; retrying")
+				Msg("cannot reach NATS; retrying (" + class.hint() + ")")
 		}
 		select {
 		case <-ctx.Done():
@@ -367,6 +381,45 @@ func openNATSWith(ctx context.Context, cfg *config.Config, log zerolog.Logger, b
 		return nil, err
 	}
 	return c, nil
+}
+
+// embeddedErr says why the embedded server did not start and what to do:
+// join the server that holds the address, or give this one its own
+// address and store.
+func embeddedErr(cfg *config.Config, err error) error {
+	e := cfg.NATS.Embedded
+	var inUse *embedded.AddrInUseError
+	var locked *embedded.StoreDirLockedError
+	switch {
+	case errors.As(err, &inUse):
+		return fmt.Errorf("nats.embedded.listen %s is already in use, probably by a running bridge or nats-server; "+
+			"to join it, run this bridge with --server nats://%s (or set nats.url); "+
+			"to run a second embedded server, give it another nats.embedded.listen and its own nats.embedded.store_dir", e.Listen, joinAddr(inUse.Addr))
+	case errors.As(err, &locked):
+		who := "another bridge"
+		if locked.PID > 0 {
+			who = fmt.Sprintf("another bridge (process %d)", locked.PID)
+		}
+		return fmt.Errorf("nats.embedded.store_dir %s is in use by %s; two servers must not share a store: "+
+			"stop it, join it with --server, or give this bridge its own nats.embedded.store_dir", e.StoreDir, who)
+	}
+	return fmt.Errorf("embedded JetStream: %s", strings.TrimPrefix(err.Error(), "embedded: "))
+}
+
+// joinAddr is the address a client dials to reach a server listening on
+// addr (an unspecified host is reached on loopback).
+func joinAddr(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	switch host {
+	case "", "0.0.0.0":
+		host = "127.0.0.1"
+	case "::":
+		host = "::1"
+	}
+	return net.JoinHostPort(host, port)
 }
 
 // optionsFunc builds the client options of the nats section.

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -181,6 +182,9 @@ func serveAdmin(listen string, h http.Handler, log zerolog.Logger, to adminTimeo
 	}
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return nil, fmt.Errorf("admin.listen %s is already in use, probably by another bridge; give this one another admin.listen (the example configs read $JETBRIDGE_ADMIN_LISTEN, e.g. JETBRIDGE_ADMIN_LISTEN=127.0.0.1:8090), or \"\" to serve no admin endpoints", listen)
+		}
 		return nil, fmt.Errorf("admin.listen %s: %w", listen, err)
 	}
 	srv := &http.Server{
