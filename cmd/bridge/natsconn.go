@@ -2,11 +2,11 @@ package main
 
 import (
 	"context"
-	"net"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"strings"
