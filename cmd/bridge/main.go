@@ -63,8 +63,6 @@ func newRootCmd() *cobra.Command {
 	var o runOptions
 	root := cli.NewRoot("bridge", "deliver events from NATS JetStream to HTTP endpoints", rootLong)
 	root.Example = rootExample
-	root.Version = buildVersion()
-	root.SetVersionTemplate("jetbridge {{.Version}}\n")
 	root.Args = func(c *cobra.Command, args []string) error {
 		if len(args) > 0 {
 			return cli.UnknownCommand(c, args[0])

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"runtime"
-	"runtime/debug"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -264,14 +263,6 @@ type versionInfo struct {
 	NATSServer string `json:"nats_server"` // embedded
 }
 
-// buildVersion is the module version the binary was built from.
-func buildVersion() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
-	}
-	return "(devel)"
-}
-
 func newVersionCmd() *cobra.Command {
 	var asJSON bool
 	c := &cobra.Command{
@@ -280,7 +271,7 @@ func newVersionCmd() *cobra.Command {
 		Example: "  bridge version\n  bridge version --json",
 		Args:    cli.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			v := versionInfo{Version: buildVersion(), Go: runtime.Version(), NATSServer: embedded.ServerVersion()}
+			v := versionInfo{Version: cli.BuildVersion(), Go: runtime.Version(), NATSServer: embedded.ServerVersion()}
 			if asJSON {
 				return cli.WriteJSON(c.OutOrStdout(), v)
 			}

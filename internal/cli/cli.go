@@ -18,6 +18,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -45,20 +46,31 @@ func Usagef(format string, args ...any) error {
 // Exit is an error with the given code; msg "" prints nothing more.
 func Exit(code int, msg string) error { return &ExitError{Code: code, Msg: msg} }
 
+// BuildVersion is the module version the binary was built from.
+func BuildVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
+}
+
 // NewRoot returns the root command of a program: errors and usage are
 // printed by Execute (one line), the shell-completion command is left out,
-// and "help" and --help work on every command.
+// "help" and --help work on every command, and --version prints
+// "jetbridge VERSION".
 func NewRoot(use, short, long string) *cobra.Command {
 	root := &cobra.Command{
 		Use:                        use,
 		Short:                      short,
 		Long:                       long,
+		Version:                    BuildVersion(),
 		SilenceErrors:              true,
 		SilenceUsage:               true,
 		SuggestionsMinimumDistance: 2,
 		CompletionOptions:          cobra.CompletionOptions{DisableDefaultCmd: true},
 	}
 	root.SetFlagErrorFunc(flagError)
+	root.SetVersionTemplate("jetbridge {{.Version}}\n")
 	return root
 }
 
