@@ -658,3 +658,33 @@ func TestDLQReplayInterrupted(t *testing.T) {
 		t.Errorf("%d dead letters left, want 0", n)
 	}
 }
+
+// dlq show --json and dlq replay --json give scripts the exact values.
+func TestDLQShowAndReplayJSON(t *testing.T) {
+	e := newDLQEnv(t, 400)
+	id := e.reject("events.info.a.one")
+	e.sink.SetScript(sinktest.Always(200))
+
+	r := e.run("dlq", "show", "1", "--json", "--payload")
+	var show dlqShowJSON
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &show) != nil {
+		t.Fatalf("dlq show --json: %s", r)
+	}
+	if show.Seq != 1 || show.Stream != "EVENTS_DLQ" || show.Headers["Event-Id"][0] != id || show.Payload == nil || *show.Payload != `{"n":1}` || show.PayloadLen != 7 {
+		t.Errorf("dlq show --json: %+v", show)
+	}
+
+	r = e.run("dlq", "replay", "--all", "--json")
+	got := lines(r.stdout)
+	if r.code != 0 || len(got) != 2 {
+		t.Fatalf("dlq replay --json: %s", r)
+	}
+	var line replayLine
+	var sum replaySummary
+	if json.Unmarshal([]byte(got[0]), &line) != nil || line.DLQSeq != 1 || line.EventID != id || line.Stream != "EVENTS" || line.Seq != 2 || line.Kept {
+		t.Errorf("replay line %s", got[0])
+	}
+	if json.Unmarshal([]byte(got[1]), &sum) != nil || sum.Summary.Replayed != 1 || sum.Summary.Failed != 0 {
+		t.Errorf("replay summary %s", got[1])
+	}
+}
