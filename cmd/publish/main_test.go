@@ -532,3 +532,18 @@ func TestRedactURL(t *testing.T) {
 		}
 	}
 }
+
+// The files the README publishes (examples/) are valid as they are.
+func TestPublishExampleFiles(t *testing.T) {
+	s := startStream(t)
+	out := mustPublish(t, "", "--server", s.url, "--jsonl", "../../examples/events.jsonl")
+	if n := len(parseLines(t, out)); n != 4 {
+		t.Errorf("examples/events.jsonl published %d events, want 4:\n%s", n, out)
+	}
+	for _, f := range []string{"order.json", "reading.json"} {
+		o := runPublish(t, "", "--server", s.url, "--type", "example.file", "--file", "../../examples/"+f)
+		if o.code != 0 || o.stderr != "" {
+			t.Errorf("examples/%s: exit %d, stderr %q (want JSON, no warning)", f, o.code, o.stderr)
+		}
+	}
+}

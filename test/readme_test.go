@@ -1,0 +1,426 @@
+package test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The README's code blocks are checked as a newcomer would use them, by
+// copying:
+//
+//   - every command of a ```sh block, and every "$ " line of an output
+//     block, that runs one of our programs (go run ./cmd/X, bin/X) names a
+//     real command with valid flags (the same line with --help exits 0),
+//     and the files it names exist (or are made earlier in its block);
+//   - a ```sh block whose first line is not a "# needs ..." comment (a
+//     running bridge, several terminals) runs for real: each command exits
+//     0, except those that serve until stopped (bridge run, receive, demo,
+//     sotercare, go test), which are only checked as above. Such a block
+//     may not use a command that needs a server (publish, bridge dlq);
+//   - go build and go test name packages that exist;
+//   - every ```go block compiles as pasted, and the one of "Publishing
+//     events" is, line for line, producer/example_readme_test.go's tested
+//     program.
+
+// readmeBlock is one fenced code block of the README.
+type readmeBlock struct {
+	lang string
+	line int // of the opening fence
+	text string
+}
+
+func readmeBlocks(t *testing.T) []readmeBlock {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []readmeBlock
+	var cur *readmeBlock
+	for i, l := range strings.Split(string(data), "\n") {
+		switch {
+		case cur == nil && strings.HasPrefix(l, "```"):
+			cur = &readmeBlock{lang: strings.TrimSpace(strings.TrimPrefix(l, "```")), line: i + 1}
+		case cur != nil && strings.TrimSpace(l) == "```":
+			out = append(out, *cur)
+			cur = nil
+		case cur != nil:
+			cur.text += l + "\n"
+		}
+	}
+	if cur != nil {
+		t.Fatalf("README.md:%d: unclosed code block", cur.line)
+	}
+	return out
+}
+
+// readmeBinaries builds bridge, publish and sotercare into a temporary
+// directory.
+func readmeBinaries(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "./cmd/bridge", "./cmd/publish", "./cmd/sotercare")
+	cmd.Dir = ".."
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return dir
+}
+
+// shellWords splits a command line into words and operators (|, ||, &&,
+// &, ;, >, >>, <), with quotes and backslashes as sh reads them, and drops
+// a comment.
+func shellWords(line string) ([]string, error) {
+	var words []string
+	var w strings.Builder
+	inWord := false
+	flush := func() {
+		if inWord {
+			words = append(words, w.String())
+			w.Reset()
+			inWord = false
+		}
+	}
+	for i := 0; i < len(line); i++ {
+		c := line[i]
+		switch {
+		case c == '\'':
+			j := strings.IndexByte(line[i+1:], '\'')
+			if j < 0 {
+				return nil, fmt.Errorf("unclosed ' in %q", line)
+			}
+			w.WriteString(line[i+1 : i+1+j])
+			inWord, i = true, i+1+j
+		case c == '"':
+			i++
+			for ; i < len(line) && line[i] != '"'; i++ {
+				if line[i] == '\\' && i+1 < len(line) {
+					i++
+				}
+				w.WriteByte(line[i])
+			}
+			if i >= len(line) {
+				return nil, fmt.Errorf("unclosed \" in %q", line)
+			}
+			inWord = true
+		case c == '\\' && i+1 < len(line):
+			i++
+			w.WriteByte(line[i])
+			inWord = true
+		case c == ' ' || c == '\t':
+			flush()
+		case c == '#' && !inWord:
+			flush()
+			return words, nil
+		case strings.IndexByte("|&;<>", c) >= 0:
+			flush()
+			op := string(c)
+			if i+1 < len(line) && (line[i+1] == c) && c != ';' && c != '<' {
+				op += string(c)
+				i++
+			}
+			words = append(words, op)
+		default:
+			w.WriteByte(c)
+			inWord = true
+		}
+	}
+	flush()
+	return words, nil
+}
+
+// readmeCommand is one simple command of a README line.
+type readmeCommand struct {
+	env     []string // VAR=value before it
+	argv    []string
+	creates []string // files its output is redirected to
+}
+
+// commands splits a line into its simple commands.
+func commands(line string) ([]readmeCommand, error) {
+	words, err := shellWords(line)
+	if err != nil {
+		return nil, err
+	}
+	var out []readmeCommand
+	cur := readmeCommand{}
+	for i := 0; i < len(words); i++ {
+		w := words[i]
+		switch w {
+		case "|", "||", "&&", "&", ";":
+			out = append(out, cur)
+			cur = readmeCommand{}
+		case ">", ">>":
+			if i+1 < len(words) {
+				cur.creates = append(cur.creates, words[i+1])
+				i++
+			}
+		case "<":
+			i++ // its file is checked like an argument
+			if i < len(words) {
+				cur.argv = append(cur.argv, words[i])
+			}
+		default:
+			if len(cur.argv) == 0 && strings.Contains(w, "=") && !strings.HasPrefix(w, "-") {
+				cur.env = append(cur.env, w)
+				continue
+			}
+			cur.argv = append(cur.argv, w)
+		}
+	}
+	out = append(out, cur)
+	return slices.DeleteFunc(out, func(c readmeCommand) bool { return len(c.argv) == 0 }), nil
+}
+
+// joinContinued joins lines that end with a backslash.
+func joinContinued(text string) []string {
+	var out []string
+	var cur string
+	for l := range strings.Lines(text) {
+		l = strings.TrimRight(l, "\n")
+		if strings.HasSuffix(l, "\\") {
+			cur += strings.TrimSuffix(l, "\\") + " "
+			continue
+		}
+		out = append(out, cur+l)
+		cur = ""
+	}
+	return out
+}
+
+// ourProgram maps a command to one of our binaries and its arguments.
+func ourProgram(argv []string) (prog string, args []string, ok bool) {
+	switch {
+	case len(argv) >= 3 && argv[0] == "go" && argv[1] == "run" && strings.HasPrefix(argv[2], "./cmd/"):
+		return strings.TrimPrefix(argv[2], "./cmd/"), argv[3:], true
+	case strings.HasPrefix(argv[0], "bin/"):
+		return strings.TrimPrefix(argv[0], "bin/"), argv[1:], true
+	}
+	return "", nil, false
+}
+
+// servesUntilStopped: commands that run until Ctrl-C.
+func servesUntilStopped(prog string, args []string) bool {
+	if slices.Contains(args, "--help") || slices.Contains(args, "-h") {
+		return false
+	}
+	if prog == "sotercare" {
+		return true
+	}
+	if prog != "bridge" {
+		return false
+	}
+	first := firstArg(args)
+	return first == "" || first == "run" || first == "receive" || first == "demo" || strings.HasPrefix(first, "config/")
+}
+
+// needsServer: commands that talk to a running NATS server.
+func needsServer(prog string, args []string) bool {
+	if slices.Contains(args, "--help") || slices.Contains(args, "-h") {
+		return false
+	}
+	return prog == "publish" || (prog == "bridge" && firstArg(args) == "dlq")
+}
+
+// firstArg is the first argument that is not a flag.
+func firstArg(args []string) string {
+	for _, a := range args {
+		if !strings.HasPrefix(a, "-") {
+			return a
+		}
+	}
+	return ""
+}
+
+// looksLikeFile is an argument that names a file of the repository.
+func looksLikeFile(a string) bool {
+	if strings.HasPrefix(a, "-") || strings.Contains(a, "://") || strings.HasPrefix(a, "{") {
+		return false
+	}
+	for _, suffix := range []string{".yaml", ".json", ".jsonl"} {
+		if strings.HasSuffix(a, suffix) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestREADMECommandBlocks(t *testing.T) {
+	bin := readmeBinaries(t)
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked, ran := 0, 0
+	for _, b := range readmeBlocks(t) {
+		var lines []string
+		marked := false
+		switch b.lang {
+		case "sh":
+			lines = joinContinued(b.text)
+			marked = len(lines) > 0 && strings.HasPrefix(lines[0], "# needs ")
+		case "", "console":
+			for _, l := range joinContinued(b.text) {
+				if cmd, ok := strings.CutPrefix(l, "$ "); ok {
+					lines = append(lines, cmd)
+				}
+			}
+			marked = true // a transcript: its commands are shown, not run here
+		default:
+			continue
+		}
+		created := map[string]bool{}
+		for _, line := range lines {
+			cmds, err := commands(line)
+			if err != nil {
+				t.Errorf("README.md:%d: %v", b.line, err)
+				continue
+			}
+			for _, c := range cmds {
+				where := fmt.Sprintf("README.md:%d: %s", b.line, strings.Join(c.argv, " "))
+				for _, f := range c.creates {
+					created[f] = true
+				}
+				if c.argv[0] == "go" && len(c.argv) > 1 && (c.argv[1] == "build" || c.argv[1] == "test") {
+					checkPackages(t, where, root, c.argv[2:])
+					checked++
+					continue
+				}
+				prog, args, ok := ourProgram(c.argv)
+				if !ok {
+					continue // curl, seq, awk, grep, kill...
+				}
+				checked++
+				for _, a := range args {
+					if looksLikeFile(a) && !created[a] {
+						if _, err := os.Stat(filepath.Join(root, a)); err != nil {
+							t.Errorf("%s: the file %s does not exist (%v)", where, a, err)
+						}
+					}
+				}
+				exe := filepath.Join(bin, prog)
+				if out, code := runIn(root, c.env, exe, append(slices.Clone(args), "--help")...); code != 0 || !strings.Contains(out, "Usage:") {
+					t.Errorf("%s: not a valid command line (with --help: exit %d):\n%s", where, code, out)
+					continue
+				}
+				switch {
+				case marked || servesUntilStopped(prog, args):
+				case needsServer(prog, args):
+					t.Errorf("%s: needs a running server; mark its block with a first line \"# needs ...\"", where)
+				default:
+					ran++
+					if out, code := runIn(root, c.env, exe, args...); code != 0 {
+						t.Errorf("%s: exit %d as pasted:\n%s", where, code, out)
+					}
+				}
+			}
+		}
+	}
+	if checked < 30 || ran < 5 {
+		t.Errorf("checked %d commands and ran %d: the README parser lost its blocks", checked, ran)
+	}
+}
+
+// runIn runs exe in dir with the README's environment (no $NATS_URL or
+// $BRIDGE_CONFIG from the test's) plus env; it returns the combined output
+// and the exit code.
+func runIn(dir string, env []string, exe string, args ...string) (string, int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, exe, args...)
+	cmd.Dir = dir
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, "NATS_URL=") || strings.HasPrefix(kv, "BRIDGE_CONFIG=")
+	})
+	cmd.Env = append(cmd.Env, env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			return string(out), ee.ExitCode()
+		}
+		return string(out) + err.Error(), -1
+	}
+	return string(out), 0
+}
+
+// checkPackages checks that the package arguments of go build or go test
+// exist.
+func checkPackages(t *testing.T, where, root string, args []string) {
+	t.Helper()
+	var pkgs []string
+	for _, a := range args {
+		if strings.HasPrefix(a, "./") {
+			pkgs = append(pkgs, a)
+		}
+	}
+	if out, code := runIn(root, nil, "go", append([]string{"list"}, pkgs...)...); code != 0 {
+		t.Errorf("%s: go list %s: exit %d\n%s", where, strings.Join(pkgs, " "), code, out)
+	}
+}
+
+func TestREADMEGoBlocks(t *testing.T) {
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, b := range readmeBlocks(t) {
+		if b.lang != "go" {
+			continue
+		}
+		n++
+		dir := t.TempDir()
+		file := filepath.Join(dir, "main.go")
+		if err := os.WriteFile(file, []byte(b.text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if out, code := runIn(root, nil, "go", "build", "-o", filepath.Join(dir, "prog"), file); code != 0 {
+			t.Errorf("README.md:%d: the Go block does not compile as pasted:\n%s", b.line, out)
+		}
+		if strings.Contains(b.text, "producer.NewPublisher") {
+			checkSameAsExample(t, b)
+		}
+	}
+	if n == 0 {
+		t.Error("no Go block in the README")
+	}
+}
+
+// checkSameAsExample: the body of main in the README's publisher program
+// is the tested example's, nats.DefaultURL aside.
+func checkSameAsExample(t *testing.T, b readmeBlock) {
+	t.Helper()
+	_, body, ok := strings.Cut(b.text, "func main() {\n")
+	if !ok {
+		t.Errorf("README.md:%d: no func main", b.line)
+		return
+	}
+	body = strings.TrimSuffix(strings.TrimRight(body, "\n"), "}")
+	data, err := os.ReadFile(filepath.Join("..", "producer", "example_readme_test.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, ex, _ := strings.Cut(string(data), "// README begin\n")
+	ex, _, _ = strings.Cut(ex, "\t// README end")
+	norm := func(s string) []string {
+		var out []string
+		for l := range strings.Lines(s) {
+			if l = strings.TrimSpace(l); l != "" {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	got, want := norm(strings.ReplaceAll(body, "nats.DefaultURL", "url")), norm(ex)
+	if !slices.Equal(got, want) {
+		t.Errorf("README.md:%d: the program differs from producer/example_readme_test.go's readmeMain:\n--- README:\n%s\n--- example:\n%s",
+			b.line, strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
