@@ -256,26 +256,15 @@ func natsOptions(nc config.NATS, log zerolog.Logger, closing *atomic.Bool) ([]na
 			log.Info().Int("servers", len(c.DiscoveredServers())).Msg("discovered NATS servers")
 		}),
 	}
-	switch {
-	case nc.CredsFile != "":
-		opts = append(opts, nats.UserCredentials(nc.CredsFile))
-	case nc.NKeySeedFile != "":
-		o, err := nats.NkeyOptionFromSeed(nc.NKeySeedFile)
-		if err != nil {
-			return nil, fmt.Errorf("nats.nkey_seed_file: %w", err)
-		}
-		opts = append(opts, o)
-	case nc.User != "":
-		opts = append(opts, nats.UserInfo(nc.User, nc.Password.Value()))
-	case nc.Token != "":
-		opts = append(opts, nats.Token(nc.Token.Value()))
+	auth, err := cli.Auth{
+		CredsFile: nc.CredsFile, NKeySeedFile: nc.NKeySeedFile,
+		User: nc.User, Password: nc.Password.Value(), Token: nc.Token.Value(),
+		CAFile: nc.TLS.CAFile, CertFile: nc.TLS.CertFile, KeyFile: nc.TLS.KeyFile,
+	}.Options()
+	if err != nil {
+		return nil, fmt.Errorf("nats.nkey_seed_file: %w", err)
 	}
-	if t := nc.TLS; t.CAFile != "" {
-		opts = append(opts, nats.RootCAs(t.CAFile))
-	}
-	if t := nc.TLS; t.CertFile != "" || t.KeyFile != "" {
-		opts = append(opts, nats.ClientCert(t.CertFile, t.KeyFile))
-	}
+	opts = append(opts, auth...)
 	return opts, nil
 }
 

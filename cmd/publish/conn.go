@@ -19,27 +19,24 @@ import (
 const connName = "jetbridge-publish"
 
 // authFlags are the authentication and TLS flags.
-type authFlags struct {
-	creds, nkey, user, password, token string
-	tlsCA, tlsCert, tlsKey             string
-}
+type authFlags struct{ cli.Auth }
 
 func (a *authFlags) register(fs *pflag.FlagSet) {
-	fs.StringVar(&a.creds, "creds", "", "NATS user credentials file")
-	fs.StringVar(&a.nkey, "nkey", "", "NKey seed file")
-	fs.StringVar(&a.user, "user", "", "user name, with --password")
-	fs.StringVar(&a.password, "password", "", "password of --user")
-	fs.StringVar(&a.token, "token", "", "authentication token")
-	fs.StringVar(&a.tlsCA, "tls-ca", "", "CA certificates to verify the server")
-	fs.StringVar(&a.tlsCert, "tls-cert", "", "client certificate, with --tls-key")
-	fs.StringVar(&a.tlsKey, "tls-key", "", "client key of --tls-cert")
+	fs.StringVar(&a.CredsFile, "creds", "", "NATS user credentials file")
+	fs.StringVar(&a.NKeySeedFile, "nkey", "", "NKey seed file")
+	fs.StringVar(&a.User, "user", "", "user name, with --password")
+	fs.StringVar(&a.Password, "password", "", "password of --user")
+	fs.StringVar(&a.Token, "token", "", "authentication token")
+	fs.StringVar(&a.CAFile, "tls-ca", "", "CA certificates to verify the server")
+	fs.StringVar(&a.CertFile, "tls-cert", "", "client certificate, with --tls-key")
+	fs.StringVar(&a.KeyFile, "tls-key", "", "client key of --tls-cert")
 }
 
 // check rejects combinations that cannot work.
 func (a *authFlags) check() error {
 	var given []string
 	for _, f := range []struct{ name, v string }{
-		{"--creds", a.creds}, {"--nkey", a.nkey}, {"--user", a.user}, {"--token", a.token},
+		{"--creds", a.CredsFile}, {"--nkey", a.NKeySeedFile}, {"--user", a.User}, {"--token", a.Token},
 	} {
 		if f.v != "" {
 			given = append(given, f.name)
@@ -48,9 +45,9 @@ func (a *authFlags) check() error {
 	switch {
 	case len(given) > 1:
 		return usagef("give one of --creds, --nkey, --user or --token, not %s", strings.Join(given, " and "))
-	case a.password != "" && a.user == "":
+	case a.Password != "" && a.User == "":
 		return usagef("--password needs --user")
-	case (a.tlsCert == "") != (a.tlsKey == ""):
+	case (a.CertFile == "") != (a.KeyFile == ""):
 		return usagef("--tls-cert and --tls-key go together")
 	}
 	return nil
@@ -58,33 +55,16 @@ func (a *authFlags) check() error {
 
 // options maps the flags to client options.
 func (a *authFlags) options() ([]nats.Option, error) {
-	opts := []nats.Option{nats.Name(connName)}
-	switch {
-	case a.creds != "":
-		opts = append(opts, nats.UserCredentials(a.creds))
-	case a.nkey != "":
-		o, err := nats.NkeyOptionFromSeed(a.nkey)
-		if err != nil {
-			return nil, fmt.Errorf("--nkey: %w", err)
-		}
-		opts = append(opts, o)
-	case a.user != "":
-		opts = append(opts, nats.UserInfo(a.user, a.password))
-	case a.token != "":
-		opts = append(opts, nats.Token(a.token))
+	opts, err := a.Auth.Options()
+	if err != nil {
+		return nil, fmt.Errorf("--nkey: %w", err)
 	}
-	if a.tlsCA != "" {
-		opts = append(opts, nats.RootCAs(a.tlsCA))
-	}
-	if a.tlsCert != "" {
-		opts = append(opts, nats.ClientCert(a.tlsCert, a.tlsKey))
-	}
-	return opts, nil
+	return append([]nats.Option{nats.Name(connName)}, opts...), nil
 }
 
 // secrets are the values to keep out of error messages.
 func (a *authFlags) secrets(rawURL string) []string {
-	s := []string{a.password, a.token}
+	s := []string{a.Password, a.Token}
 	for _, u := range cli.ParseServers(rawURL) {
 		if u.User != nil {
 			p, ok := u.User.Password()
