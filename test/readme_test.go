@@ -42,9 +42,18 @@ func readmeBlocks(t *testing.T) []readmeBlock {
 	if err != nil {
 		t.Fatal(err)
 	}
+	blocks, err := parseBlocks(string(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return blocks
+}
+
+// parseBlocks returns the fenced code blocks of a Markdown text.
+func parseBlocks(data string) ([]readmeBlock, error) {
 	var out []readmeBlock
 	var cur *readmeBlock
-	for i, l := range strings.Split(string(data), "\n") {
+	for i, l := range strings.Split(data, "\n") {
 		switch {
 		case cur == nil && strings.HasPrefix(l, "```"):
 			cur = &readmeBlock{lang: strings.TrimSpace(strings.TrimPrefix(l, "```")), line: i + 1}
@@ -56,9 +65,9 @@ func readmeBlocks(t *testing.T) []readmeBlock {
 		}
 	}
 	if cur != nil {
-		t.Fatalf("README.md:%d: unclosed code block", cur.line)
+		return nil, fmt.Errorf("README.md:%d: unclosed code block", cur.line)
 	}
-	return out
+	return out, nil
 }
 
 // readmeBinaries builds bridge, publish and sotercare into a temporary
@@ -258,8 +267,37 @@ func TestREADMECommandBlocks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checked, ran := 0, 0
-	for _, b := range readmeBlocks(t) {
+	checked, ran := checkCommandBlocks(readmeBlocks(t), bin, root, t.Errorf)
+	if checked < 30 || ran < 5 {
+		t.Errorf("checked %d commands and ran %d: the README parser lost its blocks", checked, ran)
+	}
+
+	// Negative control: a README with each kind of mistake; every one
+	// must be caught.
+	broken := "```sh\n" +
+		"go run ./cmd/bridge check --confg config/quickstart.yaml\n" + // a mistyped flag
+		"go run ./cmd/publish --jsonl examples/nothing-here.jsonl\n" + // a missing file, a server needed
+		"go run ./cmd/bridge check --config config/testdata/bad/no_routes.yaml\n" + // fails as pasted
+		"go build ./cmd/nothing\n" + // no such package
+		"```\n"
+	blocks, err := parseBlocks(broken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var caught []string
+	checkCommandBlocks(blocks, bin, root, func(format string, args ...any) { caught = append(caught, fmt.Sprintf(format, args...)) })
+	for _, want := range []string{"--confg", "nothing-here.jsonl does not exist", "needs a running server", "exit 2 as pasted", "./cmd/nothing"} {
+		if !slices.ContainsFunc(caught, func(c string) bool { return strings.Contains(c, want) }) {
+			t.Errorf("the check missed a broken command (%q); it reported:\n%s", want, strings.Join(caught, "\n"))
+		}
+	}
+}
+
+// checkCommandBlocks checks the blocks' commands (see the top of this
+// file) and reports each problem through errorf; it returns how many
+// commands it checked and how many it ran.
+func checkCommandBlocks(blocks []readmeBlock, bin, root string, errorf func(string, ...any)) (checked, ran int) {
+	for _, b := range blocks {
 		var lines []string
 		marked := false
 		switch b.lang {
@@ -280,7 +318,7 @@ func TestREADMECommandBlocks(t *testing.T) {
 		for _, line := range lines {
 			cmds, err := commands(line)
 			if err != nil {
-				t.Errorf("README.md:%d: %v", b.line, err)
+				errorf("README.md:%d: %v", b.line, err)
 				continue
 			}
 			for _, c := range cmds {
@@ -289,7 +327,7 @@ func TestREADMECommandBlocks(t *testing.T) {
 					created[f] = true
 				}
 				if c.argv[0] == "go" && len(c.argv) > 1 && (c.argv[1] == "build" || c.argv[1] == "test") {
-					checkPackages(t, where, root, c.argv[2:])
+					checkPackages(where, root, c.argv[2:], errorf)
 					checked++
 					continue
 				}
@@ -301,31 +339,29 @@ func TestREADMECommandBlocks(t *testing.T) {
 				for _, a := range args {
 					if looksLikeFile(a) && !created[a] {
 						if _, err := os.Stat(filepath.Join(root, a)); err != nil {
-							t.Errorf("%s: the file %s does not exist (%v)", where, a, err)
+							errorf("%s: the file %s does not exist (%v)", where, a, err)
 						}
 					}
 				}
 				exe := filepath.Join(bin, prog)
 				if out, code := runIn(root, c.env, exe, append(slices.Clone(args), "--help")...); code != 0 || !strings.Contains(out, "Usage:") {
-					t.Errorf("%s: not a valid command line (with --help: exit %d):\n%s", where, code, out)
+					errorf("%s: not a valid command line (with --help: exit %d):\n%s", where, code, out)
 					continue
 				}
 				switch {
 				case marked || servesUntilStopped(prog, args):
 				case needsServer(prog, args):
-					t.Errorf("%s: needs a running server; mark its block with a first line \"# needs ...\"", where)
+					errorf("%s: needs a running server; mark its block with a first line \"# needs ...\"", where)
 				default:
 					ran++
 					if out, code := runIn(root, c.env, exe, args...); code != 0 {
-						t.Errorf("%s: exit %d as pasted:\n%s", where, code, out)
+						errorf("%s: exit %d as pasted:\n%s", where, code, out)
 					}
 				}
 			}
 		}
 	}
-	if checked < 30 || ran < 5 {
-		t.Errorf("checked %d commands and ran %d: the README parser lost its blocks", checked, ran)
-	}
+	return checked, ran
 }
 
 // runIn runs exe in dir with the README's environment (no $NATS_URL or
@@ -352,8 +388,7 @@ func runIn(dir string, env []string, exe string, args ...string) (string, int) {
 
 // checkPackages checks that the package arguments of go build or go test
 // exist.
-func checkPackages(t *testing.T, where, root string, args []string) {
-	t.Helper()
+func checkPackages(where, root string, args []string, errorf func(string, ...any)) {
 	var pkgs []string
 	for _, a := range args {
 		if strings.HasPrefix(a, "./") {
@@ -361,7 +396,7 @@ func checkPackages(t *testing.T, where, root string, args []string) {
 		}
 	}
 	if out, code := runIn(root, nil, "go", append([]string{"list"}, pkgs...)...); code != 0 {
-		t.Errorf("%s: go list %s: exit %d\n%s", where, strings.Join(pkgs, " "), code, out)
+		errorf("%s: go list %s: exit %d\n%s", where, strings.Join(pkgs, " "), code, out)
 	}
 }
 
@@ -376,12 +411,7 @@ func TestREADMEGoBlocks(t *testing.T) {
 			continue
 		}
 		n++
-		dir := t.TempDir()
-		file := filepath.Join(dir, "main.go")
-		if err := os.WriteFile(file, []byte(b.text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if out, code := runIn(root, nil, "go", "build", "-o", filepath.Join(dir, "prog"), file); code != 0 {
+		if out, code := compileGo(t, root, b.text); code != 0 {
 			t.Errorf("README.md:%d: the Go block does not compile as pasted:\n%s", b.line, out)
 		}
 		if strings.Contains(b.text, "producer.NewPublisher") {
@@ -391,6 +421,21 @@ func TestREADMEGoBlocks(t *testing.T) {
 	if n == 0 {
 		t.Error("no Go block in the README")
 	}
+	// Negative control: a snippet that is not a program is caught.
+	if _, code := compileGo(t, root, "res, err := producer.NewPublisher(js, \"events\")\n"); code == 0 {
+		t.Error("a fragment compiled: the check cannot catch a snippet that does not compile as pasted")
+	}
+}
+
+// compileGo builds text as the main.go of a program in this module.
+func compileGo(t *testing.T, root, text string) (string, int) {
+	t.Helper()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "main.go")
+	if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return runIn(root, nil, "go", "build", "-o", filepath.Join(dir, "prog"), file)
 }
 
 // checkSameAsExample: the body of main in the README's publisher program

@@ -62,7 +62,7 @@ func (c connErrClass) hint() string {
 	case connCreds:
 		return "check nats.creds_file or nats.nkey_seed_file (a creds file from nsc, an nkey seed starting SU)"
 	}
-	return "check that the server runs there (the URL comes from --server, nats.url or $NATS_URL)"
+	return "check that the server runs there; the URL comes from --server, nats.url or $NATS_URL, in that order"
 }
 
 // classifyConnErr sorts an error of nats.Connect (made without
@@ -353,7 +353,7 @@ func openNATSWith(ctx context.Context, cfg *config.Config, log zerolog.Logger, b
 		notReady(reason)
 		if n, ok := rate.Next(cause); ok {
 			log.Warn().Str("url", shown).Str("error", cause).Int("attempts", n).Str("retry_in", pause.String()).
-				Msg("cannot reach NATS; retrying (" + class.hint() + ")")
+				Msg("cannot reach NATS; retrying: " + class.hint())
 		}
 		select {
 		case <-ctx.Done():
