@@ -42,7 +42,7 @@ not change the exit code.`,
 func cmdCheck(path string, asJSON bool, stdout, stderr io.Writer) error {
 	var problems strings.Builder
 	errw := io.MultiWriter(stderr, &problems)
-	cfg, err := loadConfig(path, "", errw)
+	cfg, source, err := loadConfig(path, "", errw)
 	if err == nil {
 		if ferr := checkNATSFiles(cfg.NATS); ferr != nil {
 			err = configFileErr(ferr, errw)
@@ -67,9 +67,9 @@ func cmdCheck(path string, asJSON bool, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "bridge: warning: %s: %s\n", w.Key, w.Text)
 	}
 	if asJSON {
-		return cli.WriteJSON(stdout, newCheckReport(cfg, warnings))
+		return cli.WriteJSON(stdout, newCheckReport(cfg, source, warnings))
 	}
-	printRoutingTable(stdout, cfg)
+	printRoutingTable(stdout, cfg, source)
 	return nil
 }
 
@@ -186,17 +186,21 @@ type checkDestination struct {
 	Signed         string `json:"signed"`
 }
 
-// natsText is where the configuration's NATS is, without secrets.
-func natsText(cfg *config.Config) string {
+// natsText is where the configuration's NATS is, without secrets; source
+// is where the URL came from when not nats.url.
+func natsText(cfg *config.Config, source string) string {
 	if !cfg.Embedded() {
+		if source != "" {
+			return cfg.NATS.URL.RedactedURL() + " (from " + source + ")"
+		}
 		return cfg.NATS.URL.RedactedURL()
 	}
 	return "embedded JetStream on " + cfg.NATS.Embedded.Listen + " (store " + cfg.NATS.Embedded.StoreDir + ")"
 }
 
-func newCheckReport(cfg *config.Config, warnings []configWarning) checkReport {
+func newCheckReport(cfg *config.Config, source string, warnings []configWarning) checkReport {
 	r := checkReport{
-		OK: true, Warnings: append([]configWarning{}, warnings...), NATS: natsText(cfg),
+		OK: true, Warnings: append([]configWarning{}, warnings...), NATS: natsText(cfg, source),
 		Stream:     &checkStream{cfg.Stream.Name, cfg.Stream.Subjects, cfg.Stream.DuplicateWindow.String()},
 		DeadLetter: &checkDeadLetter{cfg.DeadLetter.Stream, cfg.DeadLetter.SubjectPrefix, cfg.DeadLetter.MaxAge.String()},
 	}
@@ -238,9 +242,9 @@ func destinationRow(name string, d *config.Destination) checkDestination {
 // printRoutingTable writes the routes and the policies of their
 // destinations. Secrets (URL user info, query values, header values) are
 // never printed.
-func printRoutingTable(w io.Writer, cfg *config.Config) {
+func printRoutingTable(w io.Writer, cfg *config.Config, source string) {
 	fmt.Fprintf(w, "configuration OK\n\nnats:        %s\nstream:      %s %s (dup window %s)\ndead letter: %s (%s.<route>.<subject>, max age %s)\n",
-		natsText(cfg), cfg.Stream.Name, strings.Join(cfg.Stream.Subjects, ","), cfg.Stream.DuplicateWindow,
+		natsText(cfg, source), cfg.Stream.Name, strings.Join(cfg.Stream.Subjects, ","), cfg.Stream.DuplicateWindow,
 		cfg.DeadLetter.Stream, cfg.DeadLetter.SubjectPrefix, cfg.DeadLetter.MaxAge)
 	if cfg.Idempotency.Bucket != "" {
 		fmt.Fprintf(w, "idempotency: bucket %s, ttl %s\n", cfg.Idempotency.Bucket, cfg.Idempotency.TTL)

@@ -118,7 +118,7 @@ type dlqSession struct {
 // openDLQ loads the configuration and connects, without ever starting an
 // embedded server: the dlq commands work on the running bridge's JetStream.
 func openDLQ(path, server string, stderr io.Writer) (*dlqSession, error) {
-	cfg, err := loadConfig(path, server, stderr)
+	cfg, _, err := loadConfig(path, server, stderr)
 	if err != nil {
 		return nil, err
 	}

@@ -163,18 +163,18 @@ func TestServerPrecedence(t *testing.T) {
 
 	// bridge run and check resolve it the same way.
 	t.Setenv("NATS_URL", live)
-	cfg, err := loadConfig(withoutURL, "", os.Stderr)
-	if err != nil || cfg.Embedded() || cfg.NATS.URL.Value() != live {
+	cfg, source, err := loadConfig(withoutURL, "", os.Stderr)
+	if err != nil || cfg.Embedded() || cfg.NATS.URL.Value() != live || source != "$NATS_URL" {
 		t.Errorf("run with $NATS_URL: %v, url %q, want %s", err, cfg.NATS.URL.Value(), live)
 	}
-	cfg, err = loadConfig(withURL, live, os.Stderr)
-	if err != nil || cfg.NATS.URL.Value() != live {
+	cfg, source, err = loadConfig(withURL, live, os.Stderr)
+	if err != nil || cfg.NATS.URL.Value() != live || source != "--server" {
 		t.Errorf("run with --server: %v, url %q, want %s", err, cfg.NATS.URL.Value(), live)
 	}
-	if _, err := loadConfig(withURL, "http://x", os.Stderr); exitCode(err) != 2 || !strings.Contains(err.Error(), "--server") {
+	if _, _, err := loadConfig(withURL, "http://x", os.Stderr); exitCode(err) != 2 || !strings.Contains(err.Error(), "--server") {
 		t.Errorf("a bad --server: %v, want exit 2 naming --server", err)
 	}
-	if r := runBridge(t, "check", "--config", withoutURL); r.code != 0 || !strings.Contains(r.stdout, "nats:        "+live) {
+	if r := runBridge(t, "check", "--config", withoutURL); r.code != 0 || !strings.Contains(r.stdout, "nats:        "+live+" (from $NATS_URL)") {
 		t.Errorf("check with $NATS_URL: %s", r)
 	}
 }

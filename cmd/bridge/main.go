@@ -102,33 +102,36 @@ func serverFlag(f *pflag.FlagSet, p *string) {
 // loadConfig loads and validates the file, printing every problem, one per
 // line, on stderr; server, when not empty, replaces nats.url (--server).
 // Its error carries exit code 2. With neither --server nor nats.url,
-// $NATS_URL is used when set (see the README's "Commands").
-func loadConfig(flagPath, server string, stderr io.Writer) (*config.Config, error) {
+// $NATS_URL is used when set (see the README's "Commands"); source is then
+// "--server" or "$NATS_URL", else "".
+func loadConfig(flagPath, server string, stderr io.Writer) (cfg *config.Config, source string, err error) {
 	path := configPath(flagPath)
 	if path == "" {
-		return nil, usageErr("--config is required (or set $BRIDGE_CONFIG); try --config config/quickstart.yaml")
+		return nil, "", usageErr("--config is required (or set $BRIDGE_CONFIG); try --config config/quickstart.yaml")
 	}
-	cfg, err := config.LoadFile(path)
+	cfg, err = config.LoadFile(path)
 	if err != nil {
 		var ve *config.ValidationError
 		if errors.As(err, &ve) {
 			for _, e := range ve.Unwrap() {
 				fmt.Fprintln(stderr, "bridge: "+e.Error())
 			}
-			return nil, &exitError{Code: 2}
+			return nil, "", &exitError{Code: 2}
 		}
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, usageErr("--config %s: no such file (the example configurations are in config/, e.g. config/quickstart.yaml)", path)
+			return nil, "", usageErr("--config %s: no such file (the example configurations are in config/, e.g. config/quickstart.yaml)", path)
 		}
-		return nil, &exitError{Code: 2, Msg: err.Error()}
+		return nil, "", &exitError{Code: 2, Msg: err.Error()}
 	}
-	if url, source := cli.Server(server, cfg.NATS.URL.Value(), ""); source != "nats.url" && url != "" {
-		if err := cli.CheckServers(url); err != nil {
-			return nil, usageErr("%s: %v", source, err)
-		}
-		cfg.NATS.URL = config.Secret(url)
+	url, from := cli.Server(server, cfg.NATS.URL.Value(), "")
+	if from == "nats.url" || url == "" {
+		return cfg, "", nil
 	}
-	return cfg, nil
+	if err := cli.CheckServers(url); err != nil {
+		return nil, "", usageErr("%s: %v", from, err)
+	}
+	cfg.NATS.URL = config.Secret(url)
+	return cfg, from, nil
 }
 
 // signalContext is cancelled by SIGINT or SIGTERM.

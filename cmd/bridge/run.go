@@ -57,7 +57,7 @@ be reached the bridge logs why and /readyz says "cannot reach NATS at ...".`,
 }
 
 func cmdRun(o runOptions, stdout, stderr io.Writer) error {
-	cfg, err := loadConfig(o.config, o.server, stderr)
+	cfg, source, err := loadConfig(o.config, o.server, stderr)
 	if err != nil {
 		return err
 	}
@@ -70,6 +70,10 @@ func cmdRun(o runOptions, stdout, stderr io.Writer) error {
 	}
 	for _, w := range configWarnings(cfg) {
 		log.Warn().Str("key", w.Key).Msg(w.Text)
+	}
+	if source == "$NATS_URL" {
+		log.Info().Str("url", cfg.NATS.URL.RedactedURL()).
+			Msg("NATS server taken from $NATS_URL (nats.url is empty); unset NATS_URL to start the embedded server instead")
 	}
 	ctx, stop := signalContext()
 	defer stop()
