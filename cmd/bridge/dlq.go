@@ -135,10 +135,11 @@ func (s *dlqSession) close() {
 	s.nc.Close()
 }
 
-// dlqURL is the server the dlq commands connect to: nats.url, else the
-// embedded server that a running bridge serves on nats.embedded.listen
-// (an unspecified listen host is reached on loopback). shown is the URL
-// for messages, without credentials.
+// dlqURL is the server the dlq commands connect to: the URL loadConfig
+// resolved (--server, nats.url, $NATS_URL), else the embedded server that
+// a running bridge serves on nats.embedded.listen (an unspecified listen
+// host is reached on loopback). shown is the URL for messages, without
+// credentials.
 func dlqURL(cfg *config.Config) (url, shown string, err error) {
 	if !cfg.Embedded() {
 		return cfg.NATS.URL.Value(), cfg.NATS.URL.RedactedURL(), nil
