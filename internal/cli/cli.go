@@ -71,6 +71,24 @@ func NewRoot(use, short, long string) *cobra.Command {
 	}
 	root.SetFlagErrorFunc(flagError)
 	root.SetVersionTemplate("jetbridge {{.Version}}\n")
+	root.SetHelpCommand(&cobra.Command{
+		Use:   "help [command]",
+		Short: "show the help of any command",
+		Long:  "Show the help of any command, e.g. \"" + strings.Fields(use)[0] + " help COMMAND\".",
+		RunE: func(c *cobra.Command, args []string) error {
+			cmd, rest, err := c.Root().Find(args)
+			if err != nil || cmd == nil || len(rest) > 0 {
+				parent := c.Root()
+				if cmd != nil {
+					parent = cmd
+				}
+				return UnknownCommand(parent, args[len(args)-1])
+			}
+			cmd.InitDefaultHelpFlag()
+			cmd.InitDefaultVersionFlag()
+			return cmd.Help()
+		},
+	})
 	return root
 }
 

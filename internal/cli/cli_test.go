@@ -139,3 +139,21 @@ func TestFallingRate(t *testing.T) {
 		t.Errorf("a new error starts again: %d %t", n, ok)
 	}
 }
+
+// "help COMMAND" is --help; an unknown topic is bad usage with a
+// suggestion.
+func TestHelpCommand(t *testing.T) {
+	var server string
+	var a, b, stderr strings.Builder
+	if code := Execute(testRoot(&server), []string{"help", "greet"}, &a, &stderr); code != 0 || !strings.Contains(a.String(), "greet WHO") {
+		t.Errorf("help greet: exit %d, %q %q", code, a.String(), stderr.String())
+	}
+	Execute(testRoot(&server), []string{"greet", "--help"}, &b, &stderr)
+	if a.String() != b.String() {
+		t.Errorf("help greet differs from greet --help")
+	}
+	stderr.Reset()
+	if code := Execute(testRoot(&server), []string{"help", "gret"}, &a, &stderr); code != 2 || !strings.Contains(stderr.String(), `did you mean "greet"?`) {
+		t.Errorf("help gret: exit %d, %q", code, stderr.String())
+	}
+}
