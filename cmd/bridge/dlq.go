@@ -60,19 +60,30 @@ type dlqOptions struct {
 	route, reason  string
 }
 
-// dlqCommand is the one setup of the dlq commands: --config, --server,
-// --route (and --reason when withReason) registered; on run, the filter
+// The filter flags a dlq command takes.
+type dlqFilters int
+
+const (
+	noFilter       dlqFilters = iota
+	routeFilter               // --route
+	routeAndReason            // --route and --reason
+)
+
+// dlqCommand is the one setup of the dlq commands: --config, --server and
+// the filter flags registered; on run, the filter
 // checked, then check (the command's own argument checks, bad usage
 // before any connection), then the configuration loaded and the
 // connection opened; work gets the session and a context that SIGINT and
 // SIGTERM cancel, and the session is closed after it.
-func dlqCommand(c *cobra.Command, o *dlqOptions, withReason bool, check func(args []string) error,
+func dlqCommand(c *cobra.Command, o *dlqOptions, filters dlqFilters, check func(args []string) error,
 	work func(ctx context.Context, s *dlqSession, stdout, stderr io.Writer) error) *cobra.Command {
 	f := c.Flags()
 	configFlag(f, &o.config)
 	serverFlag(f, &o.server)
-	f.StringVar(&o.route, "route", "", "only dead letters of this route")
-	if withReason {
+	if filters >= routeFilter {
+		f.StringVar(&o.route, "route", "", "only dead letters of this route")
+	}
+	if filters >= routeAndReason {
 		f.StringVar(&o.reason, "reason", "", "only dead letters with this reason: "+strings.Join(dlqReasons, ", "))
 	}
 	name := "dlq " + strings.Fields(c.Use)[0]
@@ -257,7 +268,7 @@ subject, deliveries, failed_at.`,
 	}
 	c.Flags().IntVar(&limit, "limit", 0, "at most N dead letters (0: all)")
 	c.Flags().BoolVar(&asJSON, "json", false, "one JSON object per line")
-	return dlqCommand(c, &o, true, func(args []string) error {
+	return dlqCommand(c, &o, routeAndReason, func(args []string) error {
 		if err := cli.NoArgs(c, args); err != nil {
 			return usageErr("dlq list takes no arguments, got %q", args[0])
 		}
@@ -422,7 +433,7 @@ and "payload" (as a string) with --payload.`,
 	}
 	c.Flags().BoolVar(&payload, "payload", false, "also print the payload (indented when it is JSON)")
 	c.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
-	return dlqCommand(c, &o, false, func(args []string) error {
+	return dlqCommand(c, &o, noFilter, func(args []string) error {
 		if len(args) != 1 {
 			return usageErr("dlq show takes exactly one SEQ, got %d arguments", len(args))
 		}
@@ -632,7 +643,7 @@ same. A progress bar shows on a terminal.`,
 	f.Float64Var(&perSec, "rate", 0, "at most N republishes per second (0: no limit)")
 	f.BoolVar(&keep, "keep", false, "leave the dead letters on the dead-letter stream")
 	f.BoolVar(&asJSON, "json", false, `one JSON object per dead letter, then {"summary":{...}}`)
-	return dlqCommand(c, &o, true, func(args []string) error {
+	return dlqCommand(c, &o, routeAndReason, func(args []string) error {
 		var err error
 		if seqs, err = selectionArgs("dlq replay", all, args); err != nil {
 			return err
@@ -781,7 +792,7 @@ stays. It asks nothing and prints each deleted sequence, then a count.`,
   bridge dlq purge --config config/quickstart.yaml --all --route all-events`,
 	}
 	c.Flags().BoolVar(&all, "all", false, "every dead letter (of --route)")
-	return dlqCommand(c, &o, false, func(args []string) error {
+	return dlqCommand(c, &o, routeFilter, func(args []string) error {
 		var err error
 		seqs, err = selectionArgs("dlq purge", all, args)
 		return err
