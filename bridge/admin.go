@@ -3,12 +3,10 @@ package bridge
 import (
 	"context"
 	"encoding/json"
-	"errors"
+	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -25,11 +23,35 @@ type RouteStatus struct {
 	Error       string `json:"error,omitempty"`
 }
 
+// DestinationStatus is one destination as /status shows it: its breaker
+// and its flow control (README "Flow control").
+type DestinationStatus struct {
+	Destination string `json:"destination"`
+	Breaker     string `json:"breaker"`
+	Held        int64  `json:"held"` // messages held by the open breaker
+	RateLimit   string `json:"rate_limit,omitempty"`
+	GateStatus
+}
+
+// DestinationStatuses is every destination's state, sorted by name.
+func (b *Bridge) DestinationStatuses() []DestinationStatus {
+	out := make([]DestinationStatus, 0, len(b.dests))
+	for _, name := range b.cfg.DestinationNames() {
+		d := b.dests[name]
+		st := DestinationStatus{Destination: name, Breaker: d.state().String(), Held: d.held.Load(), GateStatus: d.gate.status()}
+		if rl := b.cfg.Destinations[name].RateLimit; rl != nil {
+			st.RateLimit = fmt.Sprintf("%d per %s, burst %d", rl.Requests, rl.Per, rl.Burst)
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
 // Status reads every route's consumer and this bridge's own state.
 func (b *Bridge) Status(ctx context.Context) []RouteStatus {
 	out := make([]RouteStatus, 0, len(b.routes))
 	for _, r := range b.routes {
-		st := RouteStatus{Route: r.cfg.Name, Destination: r.dest.name, InFlight: r.inFlight.Load(), Breaker: r.dest.state().String()}
+		st := RouteStatus{Route: r.cfg.Name, Destination: r.dest.name, InFlight: r.load.inFlight.Load(), Breaker: r.dest.state().String()}
 		if c := r.consumer(); c == nil {
 			st.Error = "consumer not bound yet"
 		} else if info, err := c.Info(ctx); err != nil {
@@ -40,62 +62,6 @@ func (b *Bridge) Status(ctx context.Context) []RouteStatus {
 		out = append(out, st)
 	}
 	return out
-}
-
-// Readiness returns nil once the bridge is connected, the source and
-// dead-letter streams exist (the latter writable) and every route's
-// consumer is bound and answers lookups, else the reason it is not ready.
-// Stream and consumer checks come from the readiness watch (see
-// watchdog.go), so a change shows within about readinessEvery.
-func (b *Bridge) Readiness() error {
-	select {
-	case <-b.ready:
-	default:
-		if err := b.provisionErr.Load(); err != nil {
-			return errors.New("provisioning: " + (*err).Error())
-		}
-		return errors.New("starting: streams and consumers not provisioned yet")
-	}
-	if err := b.Healthy(); err != nil {
-		return err
-	}
-	if nc := b.js.Conn(); nc != nil && !nc.IsConnected() {
-		reason := "disconnected from NATS: " + nc.Status().String()
-		if cause := natsCause(nc.LastError()); cause != "" {
-			reason = "disconnected from NATS: " + cause
-		}
-		return errors.New(reason)
-	}
-	return b.health.reason(b.routes)
-}
-
-// Healthy returns nil unless the bridge's NATS connection is closed for
-// good (nats.go gave up reconnecting): then nothing will ever be delivered
-// again and the process must be restarted. /healthz answers 503 then.
-func (b *Bridge) Healthy() error {
-	if nc := b.js.Conn(); nc != nil && nc.IsClosed() {
-		msg := "NATS connection closed for good"
-		if cause := natsCause(nc.LastError()); cause != "" {
-			msg += ": " + cause
-		}
-		return errors.New(msg)
-	}
-	return nil
-}
-
-// natsCause describes a connection error for /readyz and /healthz without
-// anything a client sent: an authentication or TLS rejection by its class,
-// other errors by their text (nats.go's protocol errors carry no secrets).
-func natsCause(err error) string {
-	switch {
-	case err == nil:
-		return ""
-	case errors.Is(err, nats.ErrAuthorization):
-		return "NATS rejected the credentials: authorization violation"
-	case errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked), errors.Is(err, nats.ErrAccountAuthExpired):
-		return "NATS rejected the credentials: " + strings.TrimPrefix(err.Error(), "nats: ")
-	}
-	return err.Error()
 }
 
 // AdminHandler serves /healthz (200 while the process runs and its NATS
@@ -131,7 +97,7 @@ func (b *Bridge) adminHandler(g prometheus.Gatherer, healthy, ready func() error
 		if err := ready(); err != nil {
 			state = err.Error()
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"ready": state, "routes": b.Status(ctx)})
+		writeJSON(w, http.StatusOK, map[string]any{"ready": state, "routes": b.Status(ctx), "destinations": b.DestinationStatuses()})
 	})
 	if g != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))

@@ -72,6 +72,10 @@ func BenchmarkLatency(b *testing.B) {
 }
 
 func benchBridge(b *testing.B, inFlight int, delay time.Duration, idem bool) (*sinktest.Sink, *harness) {
+	return benchBridgeFlow(b, inFlight, delay, idem, "")
+}
+
+func benchBridgeFlow(b *testing.B, inFlight int, delay time.Duration, idem bool, flow string) (*sinktest.Sink, *harness) {
 	harnessLogLevel = zerolog.WarnLevel
 	b.Cleanup(func() { harnessLogLevel = zerolog.DebugLevel })
 	sink := sinktest.New(b, func(sinktest.Request) sinktest.Response {
@@ -81,10 +85,10 @@ func benchBridge(b *testing.B, inFlight int, delay time.Duration, idem bool) (*s
 log: {level: warn}
 idempotency: {bucket: DELIVERED}
 destinations:
-  d: {url: %s, timeout: 5s}
+  d: {url: %s, timeout: 5s, %s}
 routes:
   - {name: r, subjects: ["events.>"], destination: d, max_in_flight: %d, idempotency: %t}
-`, sink.URL(), inFlight, idem)
+`, sink.URL(), flow, inFlight, idem)
 	return sink, startBridge(b, cfg, faults{})
 }
 
@@ -103,9 +107,15 @@ func waitArrival(s *sinktest.Sink, n int) {
 //
 //	go test -run '^$' -bench HotPath -benchtime 20000x -cpuprofile cpu.out ./bridge
 func BenchmarkHotPath(b *testing.B) {
+	b.Run("flow=off", func(b *testing.B) { benchHotPath(b, "") })
+	// A fixed concurrency limit that is never reached: the cost of the gate.
+	b.Run("flow=concurrency", func(b *testing.B) { benchHotPath(b, "concurrency: {max: 64}") })
+}
+
+func benchHotPath(b *testing.B, flow string) {
 	payload := []byte(`{"patient":"p-1","reading":{"kind":"heart_rate","value":72},"note":"` +
 		strings.Repeat("x", 1024-78) + `"}`)
-	sink, h := benchBridge(b, 64, 0, false)
+	sink, h := benchBridgeFlow(b, 64, 0, false, flow)
 	b.ReportAllocs()
 	b.ResetTimer()
 	start := time.Now()
@@ -119,4 +129,54 @@ func BenchmarkHotPath(b *testing.B) {
 		b.Fatalf("only %d of %d delivered", sink.Count(), b.N)
 	}
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
+}
+
+// BenchmarkAdaptiveLimit drains a backlog into a destination that serves 8
+// requests at a time (10 ms each) and queues the rest, with max_in_flight
+// 64: an adaptive limit against a fixed limit of 8 and none. It reports
+// events/s and the destination-side queueing time (p50, p99) of the
+// second half of the run, once the adaptive limit has settled:
+//
+//	go test -run '^$' -bench AdaptiveLimit -benchtime 4000x ./bridge
+func BenchmarkAdaptiveLimit(b *testing.B) {
+	for _, tc := range []struct{ name, concurrency string }{
+		{"adaptive", "concurrency: {adaptive: true, min: 1, max: 64}"},
+		{"fixed-8", "concurrency: {max: 8}"},
+		{"none", ""},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			harnessLogLevel = zerolog.WarnLevel
+			b.Cleanup(func() { harnessLogLevel = zerolog.DebugLevel })
+			sink := newFlowSink(b, 10*time.Millisecond)
+			sink.slots = make(chan struct{}, 8)
+			cfg := testConfig(b, `
+log: {level: warn}
+destinations:
+  d: {url: %s, timeout: 30s, %s}
+routes:
+  - {name: r, subjects: ["events.>"], destination: d, max_in_flight: 64}
+`, sink.srv.URL, tc.concurrency)
+			h := startBridge(b, cfg, faults{})
+			for i := range b.N {
+				if _, err := h.pub.PublishAsync("events.info.bench", []byte(`{"n":1}`), jetstream.WithMsgID(strconv.Itoa(i))); err != nil {
+					b.Fatal(err)
+				}
+			}
+			<-h.pub.PublishAsyncComplete()
+			b.ResetTimer()
+			start := time.Now()
+			if !sink.waitFor(10*time.Minute, func(as []arrival) bool { return len(as) >= b.N }) {
+				b.Fatalf("only %d of %d delivered", len(sink.arrivals()), b.N)
+			}
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
+			as := sink.arrivals()[b.N/2:]
+			queued := make([]time.Duration, 0, len(as))
+			for _, a := range as {
+				queued = append(queued, a.queued)
+			}
+			slices.Sort(queued)
+			b.ReportMetric(float64(queued[len(queued)/2].Microseconds())/1000, "queued_p50_ms")
+			b.ReportMetric(float64(queued[len(queued)*99/100].Microseconds())/1000, "queued_p99_ms")
+		})
+	}
 }

@@ -2,11 +2,16 @@ package bridge
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
+	"github.com/sotercare/jetbridge/internal/natstest"
 	"github.com/sotercare/jetbridge/internal/sinktest"
 )
 
@@ -78,8 +83,16 @@ routes:
 			return fmt.Errorf("destination received %d requests, want exactly %d (4 before opening + %d probes)", requests, want, probes)
 		}
 		h.stop()
-		if logged := strings.Count(h.logs.String(), `"message":"circuit breaker state changed"`); logged != len(h.transitions()) {
-			return fmt.Errorf("%d state changes logged, want %d (one per transition)", logged, len(h.transitions()))
+		// One warning for the outage (the breaker never closed), saying how
+		// many messages are held and when the next probe is due; each failed
+		// probe at debug level, not one warning per transition.
+		logs, all := h.logs.String(), h.transitions()
+		opened := logLines(logs, `"level":"warn"`, `"message":"circuit breaker opened`)
+		if opened != 1 || !strings.Contains(logs, `"next_probe_in":"`) || !strings.Contains(logs, `"held":`) {
+			return fmt.Errorf("%d outage warnings logged (want 1, with held and next_probe_in)", opened)
+		}
+		if failed := logLines(logs, `"level":"debug"`, `"message":"half-open probe failed`); failed != countOf(all, "down:half-open->open") {
+			return fmt.Errorf("%d failed probes logged, want %d", failed, countOf(all, "down:half-open->open"))
 		}
 		return nil
 	}
@@ -197,4 +210,85 @@ func TestBreakerTransitionsReportedInOrder(t *testing.T) {
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("reported %v, want %v", got, want)
 	}
+}
+
+// While the breaker stays open, a warning repeats at a falling rate (each
+// interval at least twice the one before), saying how long the outage has
+// lasted, how many messages are held and when the next probe is due; the
+// closing says how long it lasted. The intervals are lower bounds: a timer
+// never fires early.
+func TestOutageRemindersFallInRate(t *testing.T) {
+	down := sinktest.New(t, sinktest.Always(503))
+	cfg := testConfig(t, `
+destinations:
+  d:
+    url: %s
+    transport_retry: {count: 0}
+    circuit_breaker: {failure_rate: 0.5, min_requests: 1, window: 30s, delay: 10s, statuses: [503]}
+routes:
+  - {name: r, subjects: ["events.>"], destination: d, max_in_flight: 1, backoff: [5ms]}
+`, down.URL())
+	const first = 20 * time.Millisecond
+	lines := &stampedLines{}
+	h := startTweaked(t, natstest.Start(t), cfg, func(b *Bridge) {
+		d := b.dests["d"]
+		d.remindFirst = first
+		d.log = zerolog.New(lines).With().Str("destination", "d").Logger()
+	})
+	h.publish("events.info.x", "e1", []byte(`{}`), nil)
+	reminder := `"message":"circuit breaker still open`
+	if !waitUntil(settleWait, func() bool { return len(lines.matching(reminder)) >= 3 }) {
+		t.Fatalf("%d reminders logged, want 3", len(lines.matching(reminder)))
+	}
+	opened := lines.matching(`"message":"circuit breaker opened`)
+	if len(opened) != 1 {
+		t.Fatalf("%d outage warnings, want 1", len(opened))
+	}
+	at := []stampedLine{opened[0]}
+	for _, l := range lines.matching(reminder)[:3] {
+		var rec struct {
+			Held    *int   `json:"held"`
+			Next    string `json:"next_probe_in"`
+			OpenFor string `json:"open_for"`
+		}
+		if err := json.Unmarshal([]byte(l.text), &rec); err != nil || rec.Held == nil || rec.Next == "" || rec.OpenFor == "" {
+			t.Fatalf("reminder without held, next_probe_in or open_for (%v): %s", err, l.text)
+		}
+		at = append(at, l)
+	}
+	for i := 1; i < len(at); i++ {
+		if gap, want := at[i].at.Sub(at[i-1].at), first<<(i-1); gap < want {
+			t.Errorf("reminder %d came %s after the previous line, want at least %s", i, gap, want)
+		}
+	}
+}
+
+// stampedLines records each log line with the time it was written.
+type stampedLines struct {
+	mu    sync.Mutex
+	lines []stampedLine
+}
+
+type stampedLine struct {
+	at   time.Time
+	text string
+}
+
+func (s *stampedLines) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lines = append(s.lines, stampedLine{at: time.Now(), text: string(p)})
+	return len(p), nil
+}
+
+func (s *stampedLines) matching(part string) []stampedLine {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []stampedLine
+	for _, l := range s.lines {
+		if strings.Contains(l.text, part) {
+			out = append(out, l)
+		}
+	}
+	return out
 }

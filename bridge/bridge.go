@@ -2,13 +2,11 @@ package bridge
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -37,7 +35,7 @@ type Settled struct {
 	Reason      string        // dead letters: one of the Reason* constants
 	Delay       time.Duration // redeliveries: the NakWithDelay delay
 	Tries       int           // HTTP requests sent for this delivery
-	Err         error         // *DeliveryError; nil when delivered
+	Err         error         // the failure that decided it (a *DeliveryError, or ErrGivenUp); nil when delivered
 }
 
 // Options are the optional parts of a Bridge.
@@ -49,7 +47,8 @@ type Options struct {
 	OnSettle func(Settled)
 	// OnBreaker, if set, is called on every circuit breaker transition.
 	OnBreaker func(destination string, from, to BreakerState)
-	// Registerer, if set, receives the bridge's Prometheus series (CONTRACT 5).
+	// Registerer, if set, receives the bridge's Prometheus series (README
+	// "Health, status and metrics").
 	Registerer prometheus.Registerer
 }
 
@@ -68,32 +67,27 @@ type Bridge struct {
 	advisoryCons jetstream.Consumer
 	ready        chan struct{}         // closed once provisioned and pulling
 	provisionErr atomic.Pointer[error] // the last provisioning error while Run retries
-	faults       faults                // zero in production; see faults.go
-	health       *readiness            // stream and consumer checks for Readiness; see watchdog.go
-	// Set once by newBridge; tests swap them for broken variants before Run
-	// (see deadletter.go and advisory.go).
-	shrinkDeadLetter func(*nats.Msg, dlForm) *nats.Msg
-	classifyAdvisory advisoryClassifier
+	health       *readiness            // stream and consumer checks for Readiness; see readiness.go
+	parts        parts                 // defaultParts(); see parts.go
 }
 
 // New builds a Bridge from a validated configuration. It does no I/O:
 // streams and consumers are provisioned by Run.
 func New(cfg *config.Config, js jetstream.JetStream, opts Options) (*Bridge, error) {
-	return newBridge(cfg, js, opts, faults{})
+	return newBridge(cfg, js, opts, defaultParts())
 }
 
-func newBridge(cfg *config.Config, js jetstream.JetStream, opts Options, f faults) (*Bridge, error) {
+// newBridge is New with the given parts; tests pass defaultParts with one
+// part replaced by a broken variant.
+func newBridge(cfg *config.Config, js jetstream.JetStream, opts Options, p parts) (*Bridge, error) {
 	b := &Bridge{
-		ready:  make(chan struct{}),
-		faults: f,
-		cfg:    cfg,
-		js:     js,
-		opts:   opts,
-		log:    opts.Logger,
-		dests:  make(map[string]*destination, len(cfg.Destinations)),
-
-		shrinkDeadLetter: shrinkDeadLetter,
-		classifyAdvisory: classifyAdvisoryFailure,
+		ready: make(chan struct{}),
+		parts: p,
+		cfg:   cfg,
+		js:    js,
+		opts:  opts,
+		log:   opts.Logger,
+		dests: make(map[string]*destination, len(cfg.Destinations)),
 	}
 	m, err := newMetrics(opts.Registerer, cfg)
 	if err != nil {
@@ -107,7 +101,7 @@ func newBridge(cfg *config.Config, js jetstream.JetStream, opts Options, f fault
 		}
 	}
 	for name, dc := range cfg.Destinations {
-		d, err := newDestination(dc, b.log, onBreaker, m, f)
+		d, err := newDestination(dc, b.log, onBreaker, m, &b.parts)
 		if err != nil {
 			return nil, err
 		}
@@ -160,9 +154,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 		loops.Go(func() { r.watchdog(ctx) })
 	}
 	loops.Go(func() { b.watchReadiness(ctx) })
-	if !b.faults.ignoreAdvisories {
-		loops.Go(func() { b.advisories(ctx, b.advisoryCons) })
-	}
+	loops.Go(func() { b.parts.safetyNet(b, ctx) })
 	close(b.ready)
 	b.log.Info().Int("routes", len(b.routes)).Msg("bridge running")
 	loops.Wait()
@@ -181,7 +173,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 		<-drained
 	}
 	for _, d := range b.dests {
-		d.client.CloseIdleConnections()
+		d.close()
 	}
 	b.log.Info().Msg("bridge stopped")
 	return nil
@@ -190,8 +182,6 @@ func (b *Bridge) Run(ctx context.Context) error {
 // Ready is closed once Run has provisioned every stream and consumer and
 // started pulling.
 func (b *Bridge) Ready() <-chan struct{} { return b.ready }
-
-var errShutdownTimeout = errors.New("shutdown timeout")
 
 func (b *Bridge) settled(s Settled) {
 	b.m.observeSettled(s)

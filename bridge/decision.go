@@ -4,6 +4,8 @@ import (
 	"errors"
 	"slices"
 	"time"
+
+	"github.com/sotercare/jetbridge/config"
 )
 
 // Action is what happens to a JetStream message after an attempt.
@@ -17,7 +19,8 @@ const (
 	// DeadLetter: store a dead letter with Reason, then terminate the message.
 	DeadLetter
 	// Hold: the breaker is open; keep the message (with progress acks) and
-	// attempt again once the breaker lets a request through.
+	// attempt again once the breaker lets a request through. A hold that
+	// cannot happen (shutdown) hands the message back after Delay.
 	Hold
 )
 
@@ -46,6 +49,10 @@ const (
 // shutdown: prompt, but never a bare nak.
 const interruptedDelay = 100 * time.Millisecond
 
+// minRedeliveryDelay is the shortest delay of a redelivery: a NakWithDelay
+// of 0 would be a bare nak, which redelivers at once.
+const minRedeliveryDelay = time.Millisecond
+
 // SettlePolicy is the part of a route's configuration that decides a
 // settlement.
 type SettlePolicy struct {
@@ -55,62 +62,81 @@ type SettlePolicy struct {
 	MaxRetryAfter     time.Duration   // cap on an honoured Retry-After
 }
 
+// settlePolicy is the route's SettlePolicy.
+func settlePolicy(rc *config.Route) SettlePolicy {
+	backoff := make([]time.Duration, len(rc.Backoff))
+	for i, d := range rc.Backoff {
+		backoff[i] = d.D()
+	}
+	return SettlePolicy{
+		MaxDeliver:        rc.MaxDeliver,
+		Backoff:           backoff,
+		RedeliverStatuses: rc.RedeliverStatuses,
+		MaxRetryAfter:     rc.MaxRetryAfter.D(),
+	}
+}
+
 // backoff is the delay before the redelivery that follows delivery number
 // delivered (1-based).
 func (p SettlePolicy) backoff(delivered uint64) time.Duration {
-	if len(p.Backoff) == 0 {
-		return time.Second
-	}
-	i := int(min(max(delivered, 1)-1, uint64(len(p.Backoff)-1)))
-	return p.Backoff[i]
+	return config.BackoffAt(p.Backoff, delivered)
 }
 
-// Settlement is the decision for one message.
-type Settlement struct {
+// Decision is what Decide says to do with one message.
+type Decision struct {
 	Action Action
-	Delay  time.Duration // Redeliver only
+	Delay  time.Duration // Redeliver and Hold
 	Reason string        // DeadLetter only: one of the Reason* constants
 }
 
 // Decide maps the failure of an attempt (nil for a 2xx) and the JetStream
-// delivery count to a settlement. It is pure: the table in the README and
-// CONTRACT 4.2 is exactly this function.
-func Decide(err error, delivered uint64, p SettlePolicy) Settlement {
+// delivery count to a decision. It is pure, and it is the whole settlement
+// table of the README's Delivery section, unusual cases included: every
+// settlement of a source message (settle.go) is one of its rows.
+func Decide(err error, delivered uint64, p SettlePolicy) Decision {
 	var (
 		te  *TransportError
 		de  *DownstreamError
 		ce  *CircuitOpenError
 		ie  *InvalidEventError
 		dup *DuplicateEventError
+		dle *DeadLetterError
 	)
 	switch {
 	case err == nil, errors.As(err, &dup):
-		return Settlement{Action: Ack}
+		return Decision{Action: Ack}
+	case errors.As(err, &dle):
+		// The dead letter was not stored: never terminate, try again later.
+		return redeliverAfter(p.backoff(delivered))
 	case errors.Is(err, ErrInterrupted):
 		// Shutdown cut the attempt (or a hold) short: hand it back promptly.
-		return Settlement{Action: Redeliver, Delay: interruptedDelay}
+		return redeliverAfter(interruptedDelay)
 	case errors.As(err, &ce):
-		return Settlement{Action: Hold}
+		return Decision{Action: Hold, Delay: interruptedDelay}
 	case errors.Is(err, ErrDeliveriesExhausted):
-		return Settlement{Action: DeadLetter, Reason: ReasonMaxDeliveries}
+		return Decision{Action: DeadLetter, Reason: ReasonMaxDeliveries}
 	case errors.As(err, &ie):
-		return Settlement{Action: DeadLetter, Reason: ReasonInvalidEvent}
+		return Decision{Action: DeadLetter, Reason: ReasonInvalidEvent}
 	case errors.As(err, &de):
 		if !slices.Contains(p.RedeliverStatuses, de.Status) {
-			return Settlement{Action: DeadLetter, Reason: ReasonRejected}
+			return Decision{Action: DeadLetter, Reason: ReasonRejected}
 		}
 		return redeliver(delivered, p, min(de.RetryAfter, p.MaxRetryAfter))
 	case errors.As(err, &te):
 		return redeliver(delivered, p, 0)
 	}
-	// Anything else (a dead letter that could not be stored, an unexpected
-	// error) is not the message's fault: try again after the backoff.
-	return Settlement{Action: Redeliver, Delay: p.backoff(delivered)}
+	// Anything else (ErrNoMetadata, an unexpected error) is not the
+	// message's fault: try again after the backoff.
+	return redeliverAfter(p.backoff(delivered))
 }
 
-func redeliver(delivered uint64, p SettlePolicy, retryAfter time.Duration) Settlement {
+func redeliver(delivered uint64, p SettlePolicy, retryAfter time.Duration) Decision {
 	if delivered >= uint64(p.MaxDeliver) {
-		return Settlement{Action: DeadLetter, Reason: ReasonMaxDeliveries}
+		return Decision{Action: DeadLetter, Reason: ReasonMaxDeliveries}
 	}
-	return Settlement{Action: Redeliver, Delay: max(p.backoff(delivered), retryAfter)}
+	return redeliverAfter(max(p.backoff(delivered), retryAfter))
+}
+
+func redeliverAfter(d time.Duration) Decision {
+	return Decision{Action: Redeliver, Delay: max(d, minRedeliveryDelay)}
 }

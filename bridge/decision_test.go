@@ -16,36 +16,49 @@ var testPolicy = SettlePolicy{
 	MaxRetryAfter:     time.Minute,
 }
 
-type decideFunc func(err error, delivered uint64, p SettlePolicy) Settlement
+type decideFunc func(err error, delivered uint64, p SettlePolicy) Decision
 
-// decisionMismatches runs the settlement table of CONTRACT 4.2 against
-// decide and returns every row it gets wrong.
+// decisionMismatches runs the settlement table (README "Delivery"), its
+// unusual cases included, against decide and returns every row it gets
+// wrong.
 func decisionMismatches(decide decideFunc) []string {
 	type row struct {
 		name      string
 		err       error
 		delivered uint64
-		want      Settlement
+		want      Decision
 	}
 	wrap := func(err error) error {
 		return fmt.Errorf("outer: %w", &DeliveryError{Route: "r", Destination: "d", Err: err})
 	}
 	rows := []row{
-		{"2xx", nil, 1, Settlement{Action: Ack}},
-		{"duplicate", wrap(&DuplicateEventError{EventID: "e"}), 1, Settlement{Action: Ack}},
-		{"transport first", wrap(&TransportError{Kind: "timeout"}), 1, Settlement{Action: Redeliver, Delay: time.Second}},
-		{"transport second", wrap(&TransportError{Kind: "timeout"}), 2, Settlement{Action: Redeliver, Delay: 5 * time.Second}},
-		{"transport last", wrap(&TransportError{Kind: "timeout"}), 3, Settlement{Action: DeadLetter, Reason: ReasonMaxDeliveries}},
-		{"circuit open", wrap(&CircuitOpenError{}), 3, Settlement{Action: Hold}},
-		{"failed probe", wrap(&CircuitOpenError{Err: &DownstreamError{Status: 400}}), 1, Settlement{Action: Hold}},
-		{"invalid", wrap(&InvalidEventError{Reason: "x"}), 1, Settlement{Action: DeadLetter, Reason: ReasonInvalidEvent}},
-		{"exhausted", wrap(ErrDeliveriesExhausted), 4, Settlement{Action: DeadLetter, Reason: ReasonMaxDeliveries}},
-		{"interrupted", wrap(ErrInterrupted), 3, Settlement{Action: Redeliver, Delay: interruptedDelay}},
-		{"hold interrupted by shutdown", wrap(fmt.Errorf("%w: %w", ErrInterrupted, &CircuitOpenError{})), 1, Settlement{Action: Redeliver, Delay: interruptedDelay}},
-		{"retry-after longer than backoff", wrap(&DownstreamError{Status: 503, RetryAfter: 30 * time.Second}), 1, Settlement{Action: Redeliver, Delay: 30 * time.Second}},
-		{"retry-after shorter than backoff", wrap(&DownstreamError{Status: 429, RetryAfter: time.Millisecond}), 2, Settlement{Action: Redeliver, Delay: 5 * time.Second}},
-		{"retry-after capped", wrap(&DownstreamError{Status: 503, RetryAfter: 24 * time.Hour}), 1, Settlement{Action: Redeliver, Delay: time.Minute}},
-		{"retry-after on the last delivery", wrap(&DownstreamError{Status: 503, RetryAfter: time.Second}), 3, Settlement{Action: DeadLetter, Reason: ReasonMaxDeliveries}},
+		{"2xx", nil, 1, Decision{Action: Ack}},
+		{"duplicate", wrap(&DuplicateEventError{EventID: "e"}), 1, Decision{Action: Ack}},
+		{"transport first", wrap(&TransportError{Kind: "timeout"}), 1, Decision{Action: Redeliver, Delay: time.Second}},
+		{"transport second", wrap(&TransportError{Kind: "timeout"}), 2, Decision{Action: Redeliver, Delay: 5 * time.Second}},
+		{"transport last", wrap(&TransportError{Kind: "timeout"}), 3, Decision{Action: DeadLetter, Reason: ReasonMaxDeliveries}},
+		{"circuit open", wrap(&CircuitOpenError{}), 3, Decision{Action: Hold, Delay: interruptedDelay}},
+		{"failed probe", wrap(&CircuitOpenError{Err: &DownstreamError{Status: 400}}), 1, Decision{Action: Hold, Delay: interruptedDelay}},
+		{"invalid", wrap(&InvalidEventError{Reason: "x"}), 1, Decision{Action: DeadLetter, Reason: ReasonInvalidEvent}},
+		{"exhausted", wrap(ErrDeliveriesExhausted), 4, Decision{Action: DeadLetter, Reason: ReasonMaxDeliveries}},
+		{"interrupted", wrap(ErrInterrupted), 3, Decision{Action: Redeliver, Delay: interruptedDelay}},
+		{"hold interrupted by shutdown", wrap(fmt.Errorf("%w: %w", ErrInterrupted, &CircuitOpenError{})), 1, Decision{Action: Redeliver, Delay: interruptedDelay}},
+		{"retry-after longer than backoff", wrap(&DownstreamError{Status: 503, RetryAfter: 30 * time.Second}), 1, Decision{Action: Redeliver, Delay: 30 * time.Second}},
+		{"retry-after shorter than backoff", wrap(&DownstreamError{Status: 429, RetryAfter: time.Millisecond}), 2, Decision{Action: Redeliver, Delay: 5 * time.Second}},
+		{"retry-after capped", wrap(&DownstreamError{Status: 503, RetryAfter: 24 * time.Hour}), 1, Decision{Action: Redeliver, Delay: time.Minute}},
+		{"retry-after on the last delivery", wrap(&DownstreamError{Status: 503, RetryAfter: time.Second}), 3, Decision{Action: DeadLetter, Reason: ReasonMaxDeliveries}},
+		// The unusual cases.
+		{"untouched as the route stops", ErrInterrupted, 1, Decision{Action: Redeliver, Delay: interruptedDelay}},
+		{"no JetStream metadata", fmt.Errorf("%w: %w", ErrNoMetadata, errors.New("x")), 0, Decision{Action: Redeliver, Delay: time.Second}},
+		{"unexpected error", errors.New("x"), 2, Decision{Action: Redeliver, Delay: 5 * time.Second}},
+		{"rejected, dead letter not stored", &DeadLetterError{Reason: ReasonRejected, Failure: wrap(&DownstreamError{Status: 400}), Err: errors.New("x")}, 1,
+			Decision{Action: Redeliver, Delay: time.Second}},
+		{"last delivery, dead letter not stored", &DeadLetterError{Reason: ReasonMaxDeliveries, Failure: wrap(&TransportError{}), Err: ErrDeadLetterRefused}, 3,
+			Decision{Action: Redeliver, Delay: 5 * time.Second}},
+		{"exhausted, dead letter not stored", &DeadLetterError{Reason: ReasonMaxDeliveries, Failure: ErrDeliveriesExhausted, Err: errors.New("x")}, 4,
+			Decision{Action: Redeliver, Delay: 5 * time.Second}},
+		{"invalid, dead letter not stored", &DeadLetterError{Reason: ReasonInvalidEvent, Failure: &InvalidEventError{}, Err: errors.New("x")}, 1,
+			Decision{Action: Redeliver, Delay: time.Second}},
 	}
 	// Every status code net/http knows, on first and last delivery.
 	for status := 100; status < 600; status++ {
@@ -53,11 +66,11 @@ func decisionMismatches(decide decideFunc) []string {
 			continue
 		}
 		for _, delivered := range []uint64{1, 3} {
-			want := Settlement{Action: DeadLetter, Reason: ReasonRejected}
+			want := Decision{Action: DeadLetter, Reason: ReasonRejected}
 			if slices.Contains(testPolicy.RedeliverStatuses, status) {
-				want = Settlement{Action: Redeliver, Delay: testPolicy.backoff(delivered)}
+				want = Decision{Action: Redeliver, Delay: testPolicy.backoff(delivered)}
 				if delivered >= uint64(testPolicy.MaxDeliver) {
-					want = Settlement{Action: DeadLetter, Reason: ReasonMaxDeliveries}
+					want = Decision{Action: DeadLetter, Reason: ReasonMaxDeliveries}
 				}
 			}
 			rows = append(rows, row{fmt.Sprintf("status %d delivery %d", status, delivered),
@@ -84,13 +97,13 @@ func TestDecide(t *testing.T) {
 // delivery budget on an open breaker.
 func TestDecideNegativeControl(t *testing.T) {
 	broken := map[string]decideFunc{
-		"any error redelivers": func(err error, delivered uint64, p SettlePolicy) Settlement {
+		"any error redelivers": func(err error, delivered uint64, p SettlePolicy) Decision {
 			if err == nil {
-				return Settlement{Action: Ack}
+				return Decision{Action: Ack}
 			}
-			return Settlement{Action: Redeliver, Delay: p.backoff(delivered)}
+			return Decision{Action: Redeliver, Delay: p.backoff(delivered)}
 		},
-		"retry-after ignored": func(err error, delivered uint64, p SettlePolicy) Settlement {
+		"retry-after ignored": func(err error, delivered uint64, p SettlePolicy) Decision {
 			var de *DownstreamError
 			if errors.As(err, &de) {
 				de2 := *de
@@ -99,14 +112,28 @@ func TestDecideNegativeControl(t *testing.T) {
 			}
 			return Decide(err, delivered, p)
 		},
-		"open breaker counts": func(err error, delivered uint64, p SettlePolicy) Settlement {
+		"open breaker counts": func(err error, delivered uint64, p SettlePolicy) Decision {
 			var ce *CircuitOpenError
 			if errors.As(err, &ce) {
 				return Decide(&TransportError{}, delivered, p)
 			}
 			return Decide(err, delivered, p)
 		},
-		"4xx redelivered": func(err error, delivered uint64, p SettlePolicy) Settlement {
+		"terminate without a stored dead letter": func(err error, delivered uint64, p SettlePolicy) Decision {
+			var dle *DeadLetterError
+			if errors.As(err, &dle) {
+				return Decision{Action: DeadLetter, Reason: dle.Reason}
+			}
+			return Decide(err, delivered, p)
+		},
+		"bare nak": func(err error, delivered uint64, p SettlePolicy) Decision {
+			d := Decide(err, delivered, p)
+			if errors.Is(err, ErrInterrupted) {
+				d.Delay = 0
+			}
+			return d
+		},
+		"4xx redelivered": func(err error, delivered uint64, p SettlePolicy) Decision {
 			p.RedeliverStatuses = append(slices.Clone(p.RedeliverStatuses), 400, 404, 422)
 			return Decide(err, delivered, p)
 		},

@@ -16,9 +16,65 @@ const (
 	FailureInvalid     = "invalid-event"
 )
 
-// ErrInterrupted is returned for an attempt cut off by shutdown. The message
-// is handed back to JetStream for a prompt redelivery.
-var ErrInterrupted = errors.New("bridge: attempt interrupted by shutdown")
+// Every error of the package starts with "bridge: " and matches one of the
+// sentinels or types below with errors.Is or errors.As, whatever wraps it.
+// None carries a URL, payload, header value or response body.
+
+// Sentinels of a delivery's unusual cases; Decide maps each to its
+// settlement (see decision.go).
+var (
+	// ErrInterrupted is returned for an attempt cut off by shutdown, or a
+	// message handed back untouched as its route stopped. The message is
+	// handed back to JetStream for a prompt redelivery.
+	ErrInterrupted = errors.New("bridge: attempt interrupted by shutdown")
+	// ErrNoMetadata is the failure of a message without JetStream metadata
+	// (which a pull consumer never delivers): redelivered after the backoff.
+	ErrNoMetadata = errors.New("bridge: message without JetStream metadata")
+	// ErrDeliveriesExhausted is the failure of a message that arrives with
+	// its delivery budget already spent: its previous delivery was the last
+	// one allowed but was never settled (the bridge died, or ack_wait
+	// expired).
+	ErrDeliveriesExhausted = errors.New("bridge: delivery limit reached by an unsettled delivery")
+	// ErrGivenUp is the failure recorded for a message JetStream stopped
+	// redelivering (its MAX_DELIVERIES advisory).
+	ErrGivenUp = errors.New("bridge: JetStream stopped redelivering: max deliveries reached without a settlement")
+	// ErrDeadLetterRefused means the dead-letter stream (or the connection)
+	// refused a dead letter for its size or format even in its smallest
+	// form: no payload and no original headers beyond the four kept ones.
+	// Retrying cannot help; the message stays in the source stream.
+	ErrDeadLetterRefused = errors.New("bridge: dead letter refused even without its payload and original headers")
+)
+
+// Internal sentinels.
+var (
+	errShutdownTimeout = errors.New("bridge: shutdown timeout")
+	// errReserved is what Reserve returns while another message holds a
+	// fresh in-flight reservation for the same event id.
+	errReserved        = errors.New("bridge: event id reserved by another delivery")
+	errInvalidAdvisory = errors.New("bridge: unreadable MAX_DELIVERIES advisory")
+	errForeignStream   = errors.New("bridge: MAX_DELIVERIES advisory names a stream that is not the bridge's")
+)
+
+// DeadLetterError is the failure of a message whose dead letter could not
+// be stored: the message is redelivered after its backoff, never
+// terminated. It wraps both the failure that called for the dead letter
+// and the error of the store.
+type DeadLetterError struct {
+	Reason  string // the dead letter's Bridge-Reason
+	Failure error  // what made the message a dead letter
+	Err     error  // why the dead letter was not stored
+}
+
+func (e *DeadLetterError) Error() string {
+	return "bridge: dead letter (" + e.Reason + ") not stored: " + e.Err.Error()
+}
+
+func (e *DeadLetterError) Unwrap() []error {
+	if e.Failure == nil {
+		return []error{e.Err}
+	}
+	return []error{e.Failure, e.Err}
+}
 
 // DeliveryError is the parent of every delivery failure: it names the route,
 // destination and message, and wraps exactly one typed failure

@@ -1,12 +1,16 @@
 package bridge
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -89,10 +93,11 @@ func startHarness(t testing.TB, srv *natstest.Server, cfg *config.Config, f faul
 			h.breakers = append(h.breakers, dest+":"+from.String()+"->"+to.String())
 			h.mu.Unlock()
 		},
-	}, f)
+	}, f.parts())
 	if err != nil {
 		t.Fatalf("bridge: %v", err)
 	}
+	f.tweak(b)
 	if tweak != nil {
 		tweak(b)
 	}
@@ -278,4 +283,136 @@ func expectBroken(t *testing.T, name string, check func(t testing.TB) error) {
 			t.Logf("caught, as it should: %v", err)
 		}
 	})
+}
+
+// faults names the deliberately broken variants of the negative controls:
+// each field replaces one part of the bridge (see parts.go) or one value
+// with a broken one, so that a test can show it goes red when the
+// behaviour it names is broken. The zero value is the real bridge.
+type faults struct {
+	// reserveCreate replaces the atomic create of a reservation (a racy
+	// check-then-act store, for the contention tests).
+	reserveCreate func(kv jetstream.KeyValue) func(ctx context.Context, key string, value []byte) (uint64, error)
+	// beforeAck runs after the 2xx (and, with idempotency, after the event
+	// was recorded as done) and before the ack: tests lose the ack there.
+	// It is a hook, not a break.
+	beforeAck                func()
+	keepReservationOnFailure bool // a failed delivery leaves its reservation behind
+	noTakeover               bool // an in-flight reservation is never taken over
+	ignoreAdvisories         bool // MAX_DELIVERIES advisories are not processed
+
+	transportRetryStatuses  bool // the transport retry also retries 5xx responses
+	transportRetryOnlyOn5xx bool // the transport retry handles statuses only, so transport errors pass unretried
+	statusRetryAnyCode      bool // the status retry ignores its codes and retries any 5xx
+	breakerIgnoresStatuses  bool // the breaker counts transport errors only
+	keepGetBody             bool // net/http may re-send a POST by itself on a reused connection
+	retryAfterIgnored       bool // Retry-After is not read
+	noHold                  bool // an open breaker's refusal is redelivered, spending the budget
+	noBackPressure          bool // a 429 or 503 with Retry-After pauses nothing
+	termWithoutDeadLetter   bool // terminate even when the dead letter was not stored
+	noProgress              bool // no InProgress while an attempt runs
+	progressAfterSettle     bool // a progress ack goes out just after the settlement
+	maxDeliverOffByOne      bool // one delivery more than max_deliver is allowed
+}
+
+// is5xx is the broken retry conditions' test: any 5xx response.
+func is5xx(r *response, err error) bool { return err == nil && r != nil && r.status >= 500 }
+
+// parts are defaultParts with the broken variants f names.
+func (f faults) parts() parts {
+	p := defaultParts()
+	if f.reserveCreate != nil || f.noTakeover || f.keepReservationOnFailure {
+		p.reservations = func(kv jetstream.KeyValue) *reservations {
+			s := newReservations(kv)
+			if f.reserveCreate != nil {
+				s.create = f.reserveCreate(kv)
+			}
+			if f.noTakeover {
+				s.abandoned = func(holder, holder, time.Duration, time.Duration) bool { return false }
+			}
+			if f.keepReservationOnFailure {
+				s.release = func(context.Context, *lease) error { return nil }
+			}
+			return s
+		}
+	}
+	if f.beforeAck != nil {
+		p.ack = func(ctx context.Context, m jetstream.Msg, connected bool) error {
+			f.beforeAck()
+			return ackMsg(ctx, m, connected)
+		}
+	}
+	if f.ignoreAdvisories {
+		p.safetyNet = func(*Bridge, context.Context) {}
+	}
+	if f.transportRetryStatuses {
+		p.transportRetryable = func(r *response, err error) bool { return isTransport(err) || is5xx(r, err) }
+	}
+	if f.transportRetryOnlyOn5xx {
+		p.transportRetryable = is5xx
+	}
+	if f.statusRetryAnyCode {
+		p.statusRetryable = func([]int) func(*response, error) bool { return is5xx }
+	}
+	if f.breakerIgnoresStatuses {
+		p.breakerFailure = func([]int) func(*response, error) bool {
+			return func(_ *response, err error) bool { return err != nil && !errors.Is(err, context.Canceled) }
+		}
+	}
+	if f.keepGetBody {
+		p.request = func(ctx context.Context, d *destination, pl *payload, now time.Time) (*http.Request, error) {
+			req, err := pl.request(ctx, d, now)
+			if err == nil {
+				req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(pl.body)), nil }
+			}
+			return req, err
+		}
+	}
+	if f.noBackPressure {
+		p.pauseFor = func(error, time.Duration) time.Duration { return 0 }
+	}
+	if f.retryAfterIgnored {
+		p.retryAfter = func(http.Header, time.Time) time.Duration { return 0 }
+	}
+	if f.noHold {
+		p.decide = func(err error, delivered uint64, pol SettlePolicy) Decision {
+			if d := Decide(err, delivered, pol); d.Action != Hold {
+				return d
+			}
+			return redeliver(delivered, pol, 0)
+		}
+	}
+	if f.termWithoutDeadLetter {
+		p.decide = func(err error, delivered uint64, pol SettlePolicy) Decision {
+			var dle *DeadLetterError
+			if errors.As(err, &dle) {
+				return Decision{Action: DeadLetter, Reason: dle.Reason}
+			}
+			return Decide(err, delivered, pol)
+		}
+	}
+	if f.progressAfterSettle {
+		p.progress = func(r *route, m jetstream.Msg, held *atomic.Pointer[lease]) func() {
+			stop := r.progress(m, held)
+			return func() {
+				stop()
+				// What the race does: nats.go checks that the message is not
+				// settled, the settlement goes out, then the progress ack.
+				time.AfterFunc(5*time.Millisecond, func() { _ = r.b.js.Conn().Publish(m.Reply(), []byte("+WPI")) })
+			}
+		}
+	}
+	if f.noProgress {
+		p.progress = func(*route, jetstream.Msg, *atomic.Pointer[lease]) func() { return func() {} }
+	}
+	return p
+}
+
+// tweak applies the broken values f names to a built bridge.
+func (f faults) tweak(b *Bridge) {
+	if f.maxDeliverOffByOne {
+		for _, r := range b.routes {
+			r.policy.MaxDeliver++
+		}
+	}
 }

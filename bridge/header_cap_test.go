@@ -67,7 +67,8 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := newDestination(cfg.Destinations["d"], zerolog.Nop(), nil, m, faults{})
+	parts := defaultParts()
+	d, err := newDestination(cfg.Destinations["d"], zerolog.Nop(), nil, m, &parts)
 	if err != nil {
 		t.Fatal(err)
 	}

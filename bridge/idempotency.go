@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -24,23 +25,48 @@ const (
 // another message re-reads the reservation.
 const reservePoll = 100 * time.Millisecond
 
+// rereadTimeout bounds the read of a reservation whose refresh failed.
+const rereadTimeout = 2 * time.Second
+
 // reservations is the consumer-side idempotency store: one key per route
 // and event id in a JetStream key-value bucket, shared by every replica and
 // surviving restarts. A key is created (atomically: exactly one of many
 // concurrent callers wins) before the first HTTP try, becomes "done" after a
 // 2xx, and is deleted on any failure, so that a failed delivery never
 // consumes the event id. Entries expire with the bucket TTL.
+//
+// Its three steps are plain functions, set once by newReservations, so
+// that tests can replace one with a deliberately broken variant: the
+// atomic create, the takeover rule and the release.
 type reservations struct {
 	kv jetstream.KeyValue
-	// create is the atomic step; tests swap it for a deliberately racy one.
-	create     func(ctx context.Context, key string, value []byte) (uint64, error)
-	noTakeover bool // faults.noTakeover
+	// create is the atomic step: exactly one of concurrent callers wins.
+	create func(ctx context.Context, key string, value []byte) (uint64, error)
+	// abandoned decides whether an in-flight reservation may be taken over
+	// (takeover).
+	abandoned func(have, me holder, age, stale time.Duration) bool
+	// release deletes a lease's reservation if it is still the lease's.
+	release func(ctx context.Context, l *lease) error
 }
 
 func newReservations(kv jetstream.KeyValue) *reservations {
-	return &reservations{kv: kv, create: func(ctx context.Context, key string, value []byte) (uint64, error) {
-		return kv.Create(ctx, key, value)
-	}}
+	return &reservations{
+		kv: kv,
+		create: func(ctx context.Context, key string, value []byte) (uint64, error) {
+			return kv.Create(ctx, key, value)
+		},
+		abandoned: takeover,
+		release:   func(ctx context.Context, l *lease) error { return l.release(ctx) },
+	}
+}
+
+// takeover is the rule for an in-flight reservation: it is abandoned when
+// it is held by an earlier delivery of this same message (the broker
+// redelivers a message only once that delivery has lost it), or when it is
+// older than stale without a refresh.
+func takeover(have, me holder, age, stale time.Duration) bool {
+	sameMessage := have.stream == me.stream && have.seq == me.seq
+	return sameMessage && have.delivered < me.delivered || age > stale
 }
 
 // reservationKey is <route>.<encoding of the event id>, always a valid key
@@ -78,10 +104,6 @@ func parseHolder(b []byte) (holder, error) {
 	}
 	return holder{state: f[0], stream: f[1], seq: seq, delivered: n}, nil
 }
-
-// errReserved is what Reserve returns while another message holds a fresh
-// in-flight reservation for the same event id.
-var errReserved = errors.New("event id reserved by another delivery")
 
 // lease is a won reservation. Its owner refreshes it while the attempt runs
 // (so that it never looks abandoned), then marks it done or releases it.
@@ -126,9 +148,7 @@ func (s *reservations) Reserve(ctx context.Context, key string, me holder, stale
 		if h.state == stateDone {
 			return nil, &DuplicateEventError{}
 		}
-		sameMessage := h.stream == me.stream && h.seq == me.seq
-		abandoned := sameMessage && h.delivered < me.delivered || time.Since(e.Created()) > stale
-		if !abandoned || s.noTakeover {
+		if !s.abandoned(h, me, time.Since(e.Created()), stale) {
 			return nil, errReserved
 		}
 		rev, err = s.kv.Update(ctx, key, value, e.Revision())
@@ -143,6 +163,11 @@ func (s *reservations) Reserve(ctx context.Context, key string, me holder, stale
 }
 
 // refresh rewrites the in-flight value so the reservation stays fresh.
+// When the update fails, the reservation is read back: an update that
+// timed out after the server applied it left a newer revision that still
+// holds this lease's value, and that revision is adopted (else every later
+// refresh, and the final done or release, would fail on a stale
+// revision).
 func (l *lease) refresh(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -150,11 +175,44 @@ func (l *lease) refresh(ctx context.Context) error {
 		return nil
 	}
 	rev, err := l.s.kv.Update(ctx, l.key, l.value, l.rev)
-	if err != nil {
-		return err
+	if err == nil {
+		l.rev = rev
+		return nil
 	}
-	l.rev = rev
-	return nil
+	if rev, ok := l.reread(); ok {
+		l.rev = rev
+		return nil
+	}
+	return err
+}
+
+// reread reads the reservation with a fresh timeout and returns its
+// revision when it still holds this lease's value. Called with l.mu held.
+func (l *lease) reread() (uint64, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), rereadTimeout)
+	defer cancel()
+	e, err := l.s.kv.Get(ctx, l.key)
+	if err != nil || e.Revision() == l.rev || !bytes.Equal(e.Value(), l.value) {
+		return 0, false
+	}
+	return e.Revision(), true
+}
+
+// Done reports whether the reservation under key says the event was
+// delivered.
+func (s *reservations) Done(ctx context.Context, key string) (bool, error) {
+	e, err := s.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("bridge: read reservation: %w", err)
+	}
+	h, err := parseHolder(e.Value())
+	if err != nil {
+		return false, err
+	}
+	return h.state == stateDone, nil
 }
 
 // done records the delivery: later deliveries of the event are skipped.

@@ -188,7 +188,7 @@ func TestOneRequestPerEventAcrossTwoBridges(t *testing.T) {
 		// The 100 messages are waiting before the bridges start, so that
 		// their first pulls take many at once and the reservations race.
 		_, js := natstest.Connect(t, srv.URL())
-		pre, err := newBridge(cfg, js, Options{}, f)
+		pre, err := newBridge(cfg, js, Options{}, f.parts())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -422,5 +422,111 @@ func TestChildBridge(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The 2xx of the last allowed delivery (max_deliver 1) is recorded as done
+// and its ack lost: the broker's redelivery is past max_deliver, and on an
+// idempotent route it is a duplicate (acked, nothing sent), not a dead
+// letter. Without idempotency the same loss dead-letters the event
+// max-deliveries, which shows the test reaches the exhausted path.
+func TestDeliveredEventPastMaxDeliverIsADuplicate(t *testing.T) {
+	run := func(t testing.TB, idempotent bool) (*sinktest.Sink, *harness) {
+		sink := sinktest.New(t, sinktest.Always(200))
+		cfg := testConfig(t, idemRoute+"    max_deliver: 1\n", sink.URL(), idempotent)
+		srv := natstest.Start(t)
+		var conn atomic.Pointer[nats.Conn]
+		h1 := startBridgeOn(t, srv, cfg, faults{beforeAck: func() {
+			if nc := conn.Swap(nil); nc != nil {
+				nc.Close()
+			}
+		}})
+		conn.Store(h1.nc)
+		h1.publish("events.info.x", "e1", []byte(`{}`), nil)
+		sink.WaitCount(t, 1, settleWait)
+		h1.waitOutcomes(1, settleWait, nil)
+		h2 := startBridgeOn(t, srv, cfg, faults{}) // the redelivery comes after ack_wait
+		h2.waitOutcomes(1, settleWait, nil)
+		h2.quiet("r")
+		return sink, h2
+	}
+	t.Run("idempotent route", func(t *testing.T) {
+		sink, h2 := run(t, true)
+		if n := sink.Count(); n != 1 {
+			t.Fatalf("destination received %d requests, want exactly 1", n)
+		}
+		if out := h2.outcomes(); len(out) != 1 || out[0].Outcome != OutcomeDuplicateSkipped || out[0].Delivered != 2 {
+			t.Fatalf("redelivery outcome %+v, want duplicate_skipped on delivery 2", out)
+		}
+		if dl := h2.deadLetters(); len(dl) != 0 {
+			t.Fatalf("%d dead letters, want none", len(dl))
+		}
+	})
+	t.Run("without idempotency: dead-lettered", func(t *testing.T) {
+		sink, h2 := run(t, false)
+		if n := sink.Count(); n != 1 {
+			t.Fatalf("destination received %d requests, want exactly 1", n)
+		}
+		if out := h2.outcomes(); len(out) != 1 || out[0].Outcome != OutcomeDeadLettered || out[0].Reason != ReasonMaxDeliveries {
+			t.Fatalf("redelivery outcome %+v, want dead_lettered max-deliveries", out)
+		}
+	})
+}
+
+// lostAnswerKV applies an Update on the server, then loses its answer once
+// (as a client timeout after the server applied it does).
+type lostAnswerKV struct {
+	jetstream.KeyValue
+	loseNext atomic.Bool
+}
+
+func (kv *lostAnswerKV) Update(ctx context.Context, key string, value []byte, last uint64) (uint64, error) {
+	rev, err := kv.KeyValue.Update(ctx, key, value, last)
+	if err == nil && kv.loseNext.Swap(false) {
+		return 0, context.DeadlineExceeded
+	}
+	return rev, err
+}
+
+// A refresh whose answer was lost after the server applied it does not
+// leave the lease on a stale revision: the lease reads the reservation
+// back and adopts the revision that holds its value, so the next refresh
+// and the final done succeed. A reservation another delivery took over
+// meanwhile is never adopted.
+func TestRefreshWithALostAnswerKeepsTheLease(t *testing.T) {
+	kv := &lostAnswerKV{KeyValue: testBucket(t)}
+	s := newReservations(kv)
+	ctx := context.Background()
+	key := reservationKey("r", "e")
+	me := holder{stream: "EVENTS", seq: 1, delivered: 1}
+	l, err := s.Reserve(ctx, key, me, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv.loseNext.Store(true)
+	if err := l.refresh(ctx); err != nil {
+		t.Fatalf("refresh with a lost answer: %v, want the applied revision adopted", err)
+	}
+	if err := l.refresh(ctx); err != nil {
+		t.Fatalf("next refresh: %v", err)
+	}
+	if err := l.done(ctx, me); err != nil {
+		t.Fatalf("done: %v", err)
+	}
+	if done, err := s.Done(ctx, key); err != nil || !done {
+		t.Fatalf("Done = %t, %v; want true", done, err)
+	}
+
+	// Taken over by another delivery: the lease must not adopt its revision.
+	key2 := reservationKey("r", "e2")
+	l2, err := s.Reserve(ctx, key2, me, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Reserve(ctx, key2, holder{stream: "EVENTS", seq: 1, delivered: 2}, time.Minute); err != nil {
+		t.Fatalf("takeover: %v", err)
+	}
+	if err := l2.refresh(ctx); err == nil {
+		t.Fatal("a lease refreshed a reservation another delivery had taken over")
 	}
 }

@@ -3,9 +3,12 @@ package bridge
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sotercare/jetbridge/internal/natstest"
@@ -75,7 +78,7 @@ routes:
 `, sink.URL())
 		srv := natstest.Start(t)
 		_, js := natstest.Connect(t, srv.URL())
-		pre, err := newBridge(cfg, js, Options{}, f)
+		pre, err := newBridge(cfg, js, Options{}, f.parts())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -112,4 +115,73 @@ routes:
 		t.Fatal(err)
 	}
 	expectBroken(t, "max_deliver off by one", func(t testing.TB) error { return check(t, faults{maxDeliverOffByOne: true}) })
+}
+
+// Progress acks stop before the settlement: on the wire, no +WPI for a
+// delivery follows its -NAK (one that did would stretch the nak's delay to
+// ack_wait). The first attempt outlasts a progress tick, so progress acks
+// are sent, then the 503 is nak'ed with a 50 ms delay; the redelivery is
+// delivered. The acks are read on the server's ack subjects by a
+// connection of the test's own.
+func TestNoProgressAckAfterTheSettlement(t *testing.T) {
+	check := func(t testing.TB, f faults) error {
+		sink := sinktest.New(t, func(r sinktest.Request) sinktest.Response {
+			if r.N == 1 {
+				return sinktest.Response{Status: 503, Delay: 450 * time.Millisecond}
+			}
+			return sinktest.Response{Status: 200}
+		})
+		cfg := testConfig(t, `
+destinations:
+  d:
+    url: %s
+    timeout: 5s
+    circuit_breaker: {enabled: false}
+routes:
+  - {name: r, subjects: ["events.>"], destination: d, ack_wait: 1s, backoff: [50ms]}
+`, sink.URL())
+		srv := natstest.Start(t)
+		acks := make(chan *nats.Msg, 64)
+		nc, _ := natstest.Connect(t, srv.URL())
+		if _, err := nc.ChanSubscribe("$JS.ACK.EVENTS.r.>", acks); err != nil {
+			t.Fatal(err)
+		}
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		h := startBridgeOn(t, srv, cfg, f)
+		h.publish("events.info.x", "e1", []byte(`{}`), nil)
+		if out := h.waitOutcomes(1, settleWait, outcomeIs(OutcomeDelivered)); len(out) != 1 {
+			return fmt.Errorf("not delivered: %+v", h.outcomes())
+		}
+		// Every ack of delivery 1 in order, up to a bound after its nak.
+		var kinds []string
+		deadline := time.After(600 * time.Millisecond) // longer than one progress interval after the nak
+		for done := false; !done; {
+			select {
+			case m := <-acks:
+				if tok := strings.Split(m.Subject, "."); len(tok) > 5 && tok[4] == "1" && tok[5] == "1" { // delivery 1 of stream seq 1
+					kinds = append(kinds, strings.Fields(string(m.Data))[0])
+				}
+			case <-deadline:
+				done = true
+			}
+		}
+		nak := slices.Index(kinds, "-NAK")
+		switch {
+		case nak < 0:
+			return fmt.Errorf("delivery 1 was never nak'ed: %v", kinds)
+		case !slices.Contains(kinds[:nak], "+WPI"):
+			return fmt.Errorf("no progress ack during the attempt: %v (the test did not exercise them)", kinds)
+		case slices.Contains(kinds[nak:], "+WPI"):
+			return fmt.Errorf("a progress ack followed the nak: %v", kinds)
+		}
+		return nil
+	}
+	if err := check(t, faults{}); err != nil {
+		t.Fatal(err)
+	}
+	expectBroken(t, "progress ack after the settlement", func(t testing.TB) error {
+		return check(t, faults{progressAfterSettle: true})
+	})
 }

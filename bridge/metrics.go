@@ -28,8 +28,16 @@ type metrics struct {
 	// payloadOmitted counts dead letters stored without their payload.
 	payloadOmitted *prometheus.CounterVec // route
 	// safetyNet counts MAX_DELIVERIES advisories given up as permanent
-	// failures (see advisory.go).
+	// failures (see safetynet.go).
 	safetyNet *prometheus.CounterVec // reason
+
+	// Flow control (flow.go), by destination.
+	concurrencyLimit *prometheus.GaugeVec   // destination
+	gateInFlight     *prometheus.GaugeVec   // destination
+	waiting          *prometheus.GaugeVec   // destination, severity
+	rateLimitedSecs  *prometheus.CounterVec // destination
+	pausedSecs       *prometheus.CounterVec // destination
+	budgetRefusals   *prometheus.CounterVec // destination
 
 	// Children of the hot path, looked up once here rather than per
 	// message; read-only after newMetrics.
@@ -81,10 +89,34 @@ func newMetrics(reg prometheus.Registerer, cfg *config.Config) (*metrics, error)
 			Name: "bridge_safety_net_failures_total",
 			Help: "MAX_DELIVERIES advisories the safety net gave up on as permanent failures (" + strings.Join(safetyNetReasons, ", ") + "); the message stays in the source stream.",
 		}, []string{"reason"}),
+		concurrencyLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "bridge_destination_concurrency_limit",
+			Help: "The destination's current concurrency limit (the adaptive limit, or the slow-start ramp while it is lower); 0 when none applies.",
+		}, []string{"destination"}),
+		gateInFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "bridge_destination_in_flight",
+			Help: "Attempts admitted by the destination's flow control and not finished, while a concurrency limit, slow start or pause applies.",
+		}, []string{"destination"}),
+		waiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "bridge_destination_waiting",
+			Help: "Messages held waiting for the destination's flow control, by severity.",
+		}, []string{"destination", "severity"}),
+		rateLimitedSecs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bridge_destination_rate_limited_seconds_total",
+			Help: "Time HTTP tries waited for the destination's rate limit, summed over tries.",
+		}, []string{"destination"}),
+		pausedSecs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bridge_destination_paused_seconds_total",
+			Help: "Time the destination was paused by a 429 or 503 with Retry-After.",
+		}, []string{"destination"}),
+		budgetRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bridge_retry_budget_refused_total",
+			Help: "In-process retries the destination's retry budget refused (left to the broker's redelivery).",
+		}, []string{"destination"}),
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.messages, m.requests, m.duration, m.circuit, m.inFlight, m.deadLetters,
-			m.payloadOmitted, m.safetyNet} {
+			m.payloadOmitted, m.safetyNet, m.concurrencyLimit, m.gateInFlight, m.waiting, m.rateLimitedSecs, m.pausedSecs, m.budgetRefusals} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -114,6 +146,14 @@ func newMetrics(reg prometheus.Registerer, cfg *config.Config) (*metrics, error)
 		}
 		m.destChildren[name] = dm
 		m.circuit.WithLabelValues(name)
+		m.concurrencyLimit.WithLabelValues(name)
+		m.gateInFlight.WithLabelValues(name)
+		for _, sev := range severities {
+			m.waiting.WithLabelValues(name, string(sev))
+		}
+		m.rateLimitedSecs.WithLabelValues(name)
+		m.pausedSecs.WithLabelValues(name)
+		m.budgetRefusals.WithLabelValues(name)
 	}
 	return m, nil
 }
@@ -149,3 +189,34 @@ func (m *metrics) observeSettled(s Settled) {
 		m.deadLetters.WithLabelValues(s.Route, s.Reason).Inc()
 	}
 }
+
+// observeGate sets a destination's flow-control gauges; called by the gate
+// with its lock held, on changes only (never on its fast path).
+func (m *metrics) observeGate(dest string, g *gate) {
+	limit := 0
+	if g.lim != nil {
+		limit = g.lim.limit()
+	}
+	if g.ramp > 0 && (limit == 0 || g.ramp < limit) {
+		limit = g.ramp
+	}
+	m.concurrencyLimit.WithLabelValues(dest).Set(float64(limit))
+	m.gateInFlight.WithLabelValues(dest).Set(float64(g.inflight))
+	for r, sev := range severities {
+		m.waiting.WithLabelValues(dest, string(sev)).Set(float64(len(g.waiting[r])))
+	}
+}
+
+func (m *metrics) rateLimited(dest string, waited time.Duration) {
+	if waited > 0 {
+		m.rateLimitedSecs.WithLabelValues(dest).Add(waited.Seconds())
+	}
+}
+
+func (m *metrics) paused(dest string, d time.Duration) {
+	if d > 0 {
+		m.pausedSecs.WithLabelValues(dest).Add(d.Seconds())
+	}
+}
+
+func (m *metrics) budgetRefused(dest string) { m.budgetRefusals.WithLabelValues(dest).Inc() }

@@ -18,7 +18,7 @@ const provisionTimeout = 10 * time.Second
 // Provision creates or updates the source stream (unless stream.create is
 // false, in which case it must exist and is never changed), the dead-letter
 // stream, the stream that keeps MAX_DELIVERIES advisories (see
-// advisory.go), the idempotency bucket (when a route uses it) and one
+// safetynet.go), the idempotency bucket (when a route uses it) and one
 // durable pull consumer per route. Every call is idempotent,
 // so several bridges may provision at the same moment.
 func (b *Bridge) Provision(ctx context.Context) error {
@@ -74,11 +74,7 @@ func (b *Bridge) Provision(ctx context.Context) error {
 		}); err != nil {
 			return fmt.Errorf("bridge: idempotency bucket %s: %w", b.cfg.Idempotency.Bucket, err)
 		}
-		b.idem = newReservations(kv)
-		b.idem.noTakeover = b.faults.noTakeover
-		if b.faults.reserveCreate != nil {
-			b.idem.create = b.faults.reserveCreate(kv)
-		}
+		b.idem = b.parts.reservations(kv)
 	}
 	for _, r := range b.routes {
 		if err := apiCall(ctx, r.bindConsumer); err != nil {

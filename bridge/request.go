@@ -1,114 +1,23 @@
 package bridge
 
+// This file renders a delivery's HTTP request: the body in the
+// destination's format (envelope, raw, cloudevents), the headers, and the
+// Standard Webhooks signature (README "The request").
+
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 	"unicode/utf8"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
+	"github.com/sotercare/jetbridge/config"
 	"github.com/sotercare/jetbridge/producer"
-	"github.com/sotercare/jetbridge/subjects"
-)
-
-// event is an inbound message as the bridge understands it: the message's
-// own headers are never copied into the HTTP request.
-type event struct {
-	ID          string
-	Type        string
-	Severity    subjects.Severity
-	Subject     string
-	Stream      string
-	Seq         uint64
-	Delivered   uint64
-	PublishedAt time.Time
-	Metadata    map[string]string
-	ContentType string
-	Payload     []byte
-}
-
-// parseEvent reads a JetStream message. An unusable header gives an
-// *InvalidEventError together with a usable event (for the dead letter);
-// any other error means the message has no JetStream metadata.
-func parseEvent(m jetstream.Msg) (*event, error) {
-	md, err := m.Metadata()
-	if err != nil {
-		return nil, fmt.Errorf("bridge: message metadata: %w", err)
-	}
-	h := m.Headers()
-	ev := &event{
-		Subject:     m.Subject(),
-		Stream:      md.Stream,
-		Seq:         md.Sequence.Stream,
-		Delivered:   md.NumDelivered,
-		PublishedAt: md.Timestamp,
-		Payload:     m.Data(),
-		ContentType: "application/json",
-	}
-	ev.ID = eventID(h, md.Stream, md.Sequence.Stream)
-	ev.Type, ev.Severity = subjects.Describe(ev.Subject)
-	sev, invalid := severityOf(h, ev.Severity)
-	if invalid == nil {
-		ev.Severity = sev
-	}
-	if v := h.Get(producer.HeaderEventType); v != "" {
-		ev.Type = v
-	}
-	if v := h.Get(producer.HeaderContentType); v != "" {
-		ev.ContentType = v
-	}
-	for k, vs := range h {
-		if key, ok := strings.CutPrefix(k, producer.HeaderMetaPrefix); ok && key != "" && len(vs) > 0 {
-			if ev.Metadata == nil {
-				ev.Metadata = make(map[string]string)
-			}
-			ev.Metadata[key] = vs[0]
-		}
-	}
-	return ev, invalid
-}
-
-// eventID is the Event-Id header, else Nats-Msg-Id, else STREAM:SEQ.
-func eventID(h nats.Header, stream string, seq uint64) string {
-	if v := h.Get(producer.HeaderEventID); v != "" {
-		return v
-	}
-	if v := h.Get(jetstream.MsgIDHeader); v != "" {
-		return v
-	}
-	return stream + ":" + strconv.FormatUint(seq, 10)
-}
-
-// severityOf reads Event-Severity; absent means the subject's severity.
-func severityOf(h nats.Header, fromSubject subjects.Severity) (subjects.Severity, error) {
-	v := h.Get(producer.HeaderEventSeverity)
-	if v == "" {
-		return fromSubject, nil
-	}
-	s, err := subjects.ParseSeverity(v)
-	if err != nil {
-		return "", &InvalidEventError{Reason: "Event-Severity is not INFO, WARNING or CRITICAL"}
-	}
-	return s, nil
-}
-
-// Body formats.
-const (
-	FormatEnvelope    = "envelope"
-	FormatRaw         = "raw"
-	FormatCloudEvents = "cloudevents"
+	"github.com/sotercare/jetbridge/webhook"
 )
 
 // payload is what one attempt sends, built once per message; each HTTP try
@@ -151,10 +60,10 @@ func buildPayload(ev *event, d *destination) (*payload, error) {
 		h[k] = v[len(v)-1 : len(v) : len(v)]
 	}
 	switch d.format {
-	case FormatRaw:
+	case config.FormatRaw:
 		p.body = ev.Payload
 		set("Content-Type", ev.ContentType)
-	case FormatCloudEvents:
+	case config.FormatCloudEvents:
 		p.body = ev.Payload
 		set("Content-Type", ev.ContentType)
 		set("Ce-Specversion", "1.0")
@@ -297,29 +206,13 @@ func (p *payload) request(ctx context.Context, d *destination, now time.Time) (*
 	} else {
 		req.Body = http.NoBody
 	}
-	if d.faults.keepGetBody {
-		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(p.body)), nil }
-	}
 	req.Header = p.headers
 	if len(d.secrets) > 0 {
 		req.Header = p.headers.Clone()
 		ts := strconv.FormatInt(now.Unix(), 10)
-		req.Header.Set("webhook-id", p.id)
-		req.Header.Set("webhook-timestamp", ts)
-		req.Header.Set("webhook-signature", sign(d.secrets, p.id, ts, p.body))
+		req.Header.Set(webhook.HeaderID, p.id)
+		req.Header.Set(webhook.HeaderTimestamp, ts)
+		req.Header.Set(webhook.HeaderSignature, webhook.Sign(d.secrets, p.id, ts, p.body))
 	}
 	return req, nil
-}
-
-// sign returns the Standard Webhooks v1 signature header: one
-// "v1,<base64 HMAC-SHA256(id.timestamp.body)>" per secret, space-separated.
-func sign(secrets [][]byte, id, ts string, body []byte) string {
-	sigs := make([]string, 0, len(secrets))
-	for _, key := range secrets {
-		mac := hmac.New(sha256.New, key)
-		mac.Write([]byte(id + "." + ts + "."))
-		mac.Write(body)
-		sigs = append(sigs, "v1,"+base64.StdEncoding.EncodeToString(mac.Sum(nil)))
-	}
-	return strings.Join(sigs, " ")
 }

@@ -24,11 +24,19 @@ func (c *Config) Embedded() bool { return c.NATS.URL == "" }
 // number delivered (1-based): Backoff[delivered-1], the last entry repeating.
 // It returns 0 when Backoff is empty.
 func (r *Route) BackoffFor(delivered int) time.Duration {
-	if len(r.Backoff) == 0 {
+	return BackoffAt(r.Backoff, uint64(max(delivered, 0)))
+}
+
+// BackoffAt is the one definition of a redelivery schedule's lookup: the
+// delay before the redelivery that follows delivery number delivered
+// (1-based; 0 counts as 1), list[delivered-1] with the last entry
+// repeating, 0 for an empty list.
+func BackoffAt[D ~int64](list []D, delivered uint64) time.Duration {
+	if len(list) == 0 {
 		return 0
 	}
-	i := min(max(delivered-1, 0), len(r.Backoff)-1)
-	return r.Backoff[i].D()
+	i := min(max(delivered, 1)-1, uint64(len(list)-1))
+	return time.Duration(list[i])
 }
 
 // Delay returns the wait before the n-th retry (1-based):

@@ -91,6 +91,35 @@ type Destination struct {
 	CircuitBreaker CircuitBreaker    `yaml:"circuit_breaker"`
 	Signing        *Signing          `yaml:"signing"` // nil: unsigned
 	TLS            TLS               `yaml:"tls"`
+	// Flow control (README "Flow control"); nil: no limit.
+	RateLimit   *RateLimit   `yaml:"rate_limit"`
+	Concurrency *Concurrency `yaml:"concurrency"`
+	RetryBudget *RetryBudget `yaml:"retry_budget"`
+}
+
+// RateLimit caps the requests started to a destination: Requests per Per,
+// in bursts of at most Burst.
+type RateLimit struct {
+	Requests int      `yaml:"requests"`
+	Per      Duration `yaml:"per"`
+	Burst    int      `yaml:"burst"`
+}
+
+// Concurrency caps the requests in flight to a destination across all its
+// routes: Max, or with Adaptive a limit between Min and Max that follows
+// the destination's latency.
+type Concurrency struct {
+	Max      int  `yaml:"max"`
+	Adaptive bool `yaml:"adaptive"`
+	Min      int  `yaml:"min"`
+}
+
+// RetryBudget bounds the in-process retries to a destination: retries in
+// flight may exceed Ratio of its requests in flight only while fewer than
+// MinPerSecond retries are in flight.
+type RetryBudget struct {
+	Ratio        float64 `yaml:"ratio"`
+	MinPerSecond int     `yaml:"min_per_second"`
 }
 
 // Backoff is an in-process retry schedule: Count retries after the first

@@ -228,6 +228,44 @@ func (v *validator) destination(name string, d *Destination) {
 		}
 	}
 	v.tls(path+".tls", d.TLS)
+	v.flow(path, d)
+}
+
+// flow checks a destination's flow-control blocks.
+func (v *validator) flow(path string, d *Destination) {
+	if rl := d.RateLimit; rl != nil {
+		p := path + ".rate_limit"
+		if rl.Requests < 1 {
+			v.addf(p+".requests", "must be at least 1, got %d", rl.Requests)
+		}
+		v.positive(p+".per", rl.Per)
+		if rl.Burst < 1 {
+			v.addf(p+".burst", "must be at least 1, got %d", rl.Burst)
+		} else if rl.Requests >= 1 && rl.Per > 0 && rl.Per.D()*time.Duration(rl.Burst)/time.Duration(rl.Requests) < time.Millisecond {
+			v.addf(p+".burst", "refills faster than once a millisecond (%d requests per %s in bursts of %d): use a smaller burst", rl.Requests, rl.Per, rl.Burst)
+		}
+	}
+	if c := d.Concurrency; c != nil {
+		p := path + ".concurrency"
+		if c.Max < 1 {
+			v.addf(p+".max", "must be at least 1, got %d", c.Max)
+		}
+		switch {
+		case !c.Adaptive && c.Min != 1:
+			v.addf(p+".min", "applies only with adaptive: true")
+		case c.Adaptive && (c.Min < 1 || c.Max >= 1 && c.Min > c.Max):
+			v.addf(p+".min", "must be between 1 and max (%d), got %d", c.Max, c.Min)
+		}
+	}
+	if b := d.RetryBudget; b != nil {
+		p := path + ".retry_budget"
+		if !(b.Ratio > 0 && b.Ratio <= 1) {
+			v.addf(p+".ratio", "must be in (0, 1], got %g", b.Ratio)
+		}
+		if b.MinPerSecond < 0 {
+			v.addf(p+".min_per_second", "must not be negative, got %d", b.MinPerSecond)
+		}
+	}
 }
 
 func (v *validator) routes(c *Config) {

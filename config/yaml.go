@@ -34,6 +34,39 @@ func (s *StatusRetry) UnmarshalYAML(unmarshal func(any) error) error {
 	return nil
 }
 
+// UnmarshalYAML decodes a rate_limit block over its defaults.
+func (r *RateLimit) UnmarshalYAML(unmarshal func(any) error) error {
+	type plain RateLimit
+	p := plain(RateLimit{Per: Duration(time.Second), Burst: 1})
+	if err := unmarshal(&p); err != nil {
+		return err
+	}
+	*r = RateLimit(p)
+	return nil
+}
+
+// UnmarshalYAML decodes a concurrency block over its defaults.
+func (c *Concurrency) UnmarshalYAML(unmarshal func(any) error) error {
+	type plain Concurrency
+	p := plain(Concurrency{Min: 1})
+	if err := unmarshal(&p); err != nil {
+		return err
+	}
+	*c = Concurrency(p)
+	return nil
+}
+
+// UnmarshalYAML decodes a retry_budget block over its defaults.
+func (b *RetryBudget) UnmarshalYAML(unmarshal func(any) error) error {
+	type plain RetryBudget
+	p := plain(RetryBudget{Ratio: 0.2, MinPerSecond: 10})
+	if err := unmarshal(&p); err != nil {
+		return err
+	}
+	*b = RetryBudget(p)
+	return nil
+}
+
 // UnmarshalYAML decodes a route over its defaults.
 func (r *Route) UnmarshalYAML(unmarshal func(any) error) error {
 	type plain Route

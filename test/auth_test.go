@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sotercare/jetbridge/internal/natstest"
-	"github.com/sotercare/jetbridge/internal/sinktest"
+	"github.com/sotercare/jetbridge/jetbridgetest"
 )
 
 // fatalExitTimeout bounds how long `bridge run` may take to give up on
@@ -126,12 +126,12 @@ func TestAuthMethods(t *testing.T) {
 		t.Run(string(m), func(t *testing.T) {
 			srv := natstest.StartAuth(t, m)
 			good, wrong := srv.Creds(), srv.NewCreds(t)
-			sink := sinktest.New(t, sinktest.Always(200))
+			sink := jetbridgetest.NewReceiver(t, jetbridgetest.WithScript(jetbridgetest.Always(200)))
 
 			p := runBridge(t, authYAML(t, srv.URL(), good, sink.URL()))
 			publishAuth(t, srv.URL(), good, "auth-"+string(m))
-			sink.WaitCount(t, 1, countTimeout)
-			if got := sink.Requests()[0].Header.Get(sinktest.EventIDHeader); got != "auth-"+string(m) {
+			waitCount(t, sink, 1, countTimeout)
+			if got := sink.Requests()[0].Header.Get(jetbridgetest.HeaderEventID); got != "auth-"+string(m) {
 				t.Fatalf("delivered event %q", got)
 			}
 			p.term(t)
@@ -203,10 +203,10 @@ func TestCredentialFilesUnusable(t *testing.T) {
 func TestAuthChangeDuringRun(t *testing.T) {
 	srv := natstest.StartAuth(t, natstest.AuthUserPassword)
 	a, b := srv.Creds(), srv.NewCreds(t)
-	sink := sinktest.New(t, sinktest.Always(200))
+	sink := jetbridgetest.NewReceiver(t, jetbridgetest.WithScript(jetbridgetest.Always(200)))
 	p := runBridge(t, authYAML(t, srv.URL(), a, sink.URL()))
 	publishAuth(t, srv.URL(), a, "before")
-	sink.WaitCount(t, 1, countTimeout)
+	waitCount(t, sink, 1, countTimeout)
 
 	srv.Restart(t, b)
 	rejected := srv.Rejections()
@@ -227,7 +227,7 @@ func TestAuthChangeDuringRun(t *testing.T) {
 
 	srv.Restart(t, a)
 	publishAuth(t, srv.URL(), a, "after")
-	sink.WaitCount(t, 2, countTimeout)
+	waitCount(t, sink, 2, countTimeout)
 	p.waitReadyz(t, http.StatusOK, readyTimeout)
 	assertNoSecret(t, p.stdout.String()+p.stderr.String(), a.Secrets, b.Secrets)
 	assertJSONLines(t, p.stdout.String())

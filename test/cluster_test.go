@@ -21,7 +21,7 @@ import (
 	"github.com/sotercare/jetbridge/bridge"
 	"github.com/sotercare/jetbridge/config"
 	"github.com/sotercare/jetbridge/internal/natstest"
-	"github.com/sotercare/jetbridge/internal/sinktest"
+	"github.com/sotercare/jetbridge/jetbridgetest"
 )
 
 // The cluster scenario (reliability.md 4, row 4), sized for 2 cores.
@@ -81,9 +81,9 @@ func TestClusterLeaderChangesLoseNothing(t *testing.T) {
 	// Given a 3-node cluster, a destination answering 200 after 0-20 ms,
 	// and a configuration with R3 streams.
 	c := natstest.StartCluster(t, 3)
-	sink := sinktest.New(t, func(r sinktest.Request) sinktest.Response {
-		return sinktest.Response{Delay: time.Duration(r.N%5) * 5 * time.Millisecond}
-	})
+	sink := jetbridgetest.NewReceiver(t, jetbridgetest.WithScript(func(r jetbridgetest.Request) jetbridgetest.Response {
+		return jetbridgetest.Response{Delay: time.Duration(r.N%5) * 5 * time.Millisecond}
+	}))
 	cfg, err := config.Load(fmt.Appendf(nil, clusterYAML, sink.URL(), clusterInFlight), "cluster.yaml")
 	if err != nil {
 		t.Fatalf("config: %v", err)
@@ -445,27 +445,27 @@ type clusterArrival struct {
 	at time.Time
 }
 
-func clusterArrivals(reqs []sinktest.Request) []clusterArrival {
+func clusterArrivals(reqs []jetbridgetest.Request) []clusterArrival {
 	out := make([]clusterArrival, len(reqs))
 	for i, r := range reqs {
-		out[i] = clusterArrival{id: r.Header.Get(sinktest.EventIDHeader), at: r.At}
+		out[i] = clusterArrival{id: r.Header.Get(jetbridgetest.HeaderEventID), at: r.At}
 	}
 	return out
 }
 
-func clusterEventIDs(reqs []sinktest.Request) []string {
+func clusterEventIDs(reqs []jetbridgetest.Request) []string {
 	ids := make([]string, len(reqs))
 	for i, r := range reqs {
-		ids[i] = r.Header.Get(sinktest.EventIDHeader)
+		ids[i] = r.Header.Get(jetbridgetest.HeaderEventID)
 	}
 	return ids
 }
 
 // clusterFirstArrivals maps each event id to its first arrival.
-func clusterFirstArrivals(reqs []sinktest.Request) map[string]time.Time {
+func clusterFirstArrivals(reqs []jetbridgetest.Request) map[string]time.Time {
 	first := make(map[string]time.Time, len(reqs))
 	for _, r := range reqs {
-		id := r.Header.Get(sinktest.EventIDHeader)
+		id := r.Header.Get(jetbridgetest.HeaderEventID)
 		if at, ok := first[id]; !ok || r.At.Before(at) {
 			first[id] = r.At
 		}

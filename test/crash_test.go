@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/sotercare/jetbridge/internal/natstest"
-	"github.com/sotercare/jetbridge/internal/sinktest"
+	"github.com/sotercare/jetbridge/jetbridgetest"
 )
 
 // A bridge killed with SIGKILL in the middle of a 2,000-event backlog and
@@ -32,9 +32,9 @@ func crashScenario(t *testing.T, idempotency bool) {
 	)
 	// Given a backlog of 2,000 events, a destination taking 20 ms per
 	// request and a bridge process working through them
-	srv := natstest.Start(t)
-	_, js := natstest.Connect(t, srv.URL())
-	sink := sinktest.New(t, delayed(destDelay))
+	srv := jetbridgetest.NewServer(t)
+	_, js := srv.Connect(t)
+	sink := jetbridgetest.NewReceiver(t, jetbridgetest.WithScript(delayed(destDelay)))
 	sc := scenario{
 		natsURL: srv.URL(), sinkURL: sink.URL(),
 		maxInFlight: maxInFlight, ackWait: 2 * time.Second, shutdownTimeout: 5 * time.Second,
@@ -47,7 +47,7 @@ func crashScenario(t *testing.T, idempotency bool) {
 	first := runBridge(t, path)
 
 	// When it is killed with SIGKILL after about 1,000 requests
-	sink.WaitCount(t, killAfter, countTimeout)
+	waitCount(t, sink, killAfter, countTimeout)
 	killAt := time.Now()
 	first.kill(t)
 	killedAt := time.Now() // reaped: nothing it sent can arrive after this

@@ -17,7 +17,7 @@ import (
 	"github.com/sotercare/jetbridge/bridge"
 	"github.com/sotercare/jetbridge/config"
 	"github.com/sotercare/jetbridge/internal/natstest"
-	"github.com/sotercare/jetbridge/internal/sinktest"
+	"github.com/sotercare/jetbridge/jetbridgetest"
 	"github.com/sotercare/jetbridge/producer"
 )
 
@@ -77,7 +77,7 @@ func checkDLQPermissions(t *testing.T, authorization string) error {
 	url := ns.ClientURL()
 
 	// The bridge, as its user, rejecting everything at first.
-	sink := sinktest.New(t, sinktest.Always(400))
+	sink := jetbridgetest.NewReceiver(t, jetbridgetest.WithScript(jetbridgetest.Always(400)))
 	cfg, err := config.Load([]byte(fmt.Sprintf(`
 nats: {url: %q, user: bridge, password: "${BRIDGE_NATS_PASSWORD}"}
 admin: {listen: ""}
@@ -202,7 +202,7 @@ routes:
 	}
 
 	// The bridge's user replays the real one once the destination is fixed.
-	sink.SetScript(sinktest.Always(200))
+	sink.SetScript(jetbridgetest.Always(200))
 	before := sink.Count()
 	for _, d := range first {
 		if _, err := q.Replay(wctx, d.Seq, false); err != nil {
@@ -210,7 +210,7 @@ routes:
 		}
 	}
 	if len(errs) == 0 {
-		sink.WaitCount(t, before+1, 20*time.Second)
+		waitCount(t, sink, before+1, 20*time.Second)
 	}
 	return errors.Join(errs...)
 }

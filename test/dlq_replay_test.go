@@ -1,7 +1,6 @@
 package test
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,10 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sotercare/jetbridge/bridge"
-	"github.com/sotercare/jetbridge/config"
 	"github.com/sotercare/jetbridge/internal/natstest"
-	"github.com/sotercare/jetbridge/internal/sinktest"
+	"github.com/sotercare/jetbridge/jetbridgetest"
 	"github.com/sotercare/jetbridge/producer"
 )
 
@@ -23,9 +20,8 @@ import (
 func TestReplayKilledHalfwayThenRerun(t *testing.T) {
 	// Given 30 events dead-lettered by a running bridge (destination 400).
 	bin := bridgeBinary(t)
-	srv := natstest.Start(t)
-	_, js := natstest.Connect(t, srv.URL())
-	sink := sinktest.New(t, sinktest.Always(400))
+	srv := jetbridgetest.NewServer(t)
+	rec := jetbridgetest.NewReceiver(t, jetbridgetest.WithScript(jetbridgetest.Always(400)))
 	cfgPath := filepath.Join(t.TempDir(), "bridge.yaml")
 	yaml := fmt.Sprintf(`
 nats: {url: %s}
@@ -34,40 +30,18 @@ destinations:
   d: {url: %s}
 routes:
   - {name: r, subjects: ["events.>"], destination: d}
-`, srv.URL(), sink.URL())
+`, srv.URL(), rec.URL())
 	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.LoadFile(cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := bridge.New(cfg, js, bridge.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- b.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	<-b.Ready()
-	pub := producer.NewPublisher(js, "events")
+	b := jetbridgetest.StartBridge(t, srv, yaml)
 	for i := range 30 {
-		if _, err := pub.Publish(ctx, producer.Event{ID: fmt.Sprintf("e%02d", i), Type: "order.created", Payload: []byte(`{}`)}); err != nil {
-			t.Fatal(err)
-		}
+		srv.Publish(t, producer.Event{ID: fmt.Sprintf("e%02d", i), Type: "order.created", Payload: []byte(`{}`)})
 	}
-	dlq := bridge.OpenDLQ(js, cfg)
-	natstest.Eventually(t, 20*time.Second, func() error {
-		l, err := dlq.List(ctx, bridge.DLQFilter{}, false)
-		if err != nil || len(l) != 30 {
-			return fmt.Errorf("%d dead letters (%v), want 30", len(l), err)
-		}
-		return nil
-	})
-	natstest.WaitQuiet(t, js, cfg.Stream.Name, "r", 10*time.Second)
-	rejected := sink.Count()
-	sink.SetScript(sinktest.Always(200))
+	b.WaitDeadLetters(t, 30)
+	b.WaitQuiet(t)
+	rejected := rec.Count()
+	rec.SetScript(jetbridgetest.Always(200))
 
 	// When a replay at 10 per second is killed after about half of them.
 	var out natstest.Buffer
@@ -86,9 +60,8 @@ routes:
 		t.Fatal(err)
 	}
 	_ = replay.Wait()
-	left, err := dlq.List(ctx, bridge.DLQFilter{}, false)
-	if err != nil || len(left) == 0 || len(left) == 30 {
-		t.Fatalf("after the kill %d dead letters are left (%v): the kill did not land halfway", len(left), err)
+	if left := b.DeadLetters(t); len(left) == 0 || len(left) == 30 {
+		t.Fatalf("after the kill %d dead letters are left: the kill did not land halfway", len(left))
 	}
 
 	// And run again to completion.
@@ -99,16 +72,11 @@ routes:
 
 	// Then every event reaches the destination exactly once after the fix,
 	// and the dead-letter stream is empty.
-	natstest.Eventually(t, 20*time.Second, func() error {
-		if n := sink.Count() - rejected; n < 30 {
-			return fmt.Errorf("%d of 30 delivered after the fix", n)
-		}
-		return nil
-	})
-	natstest.WaitQuiet(t, js, cfg.Stream.Name, "r", 10*time.Second)
+	rec.WaitCount(t, rejected+30)
+	b.WaitQuiet(t)
 	seen := map[string]int{}
-	for _, r := range sink.Requests()[rejected:] {
-		seen[r.Header.Get("X-Event-Id")]++
+	for _, r := range rec.Requests()[rejected:] {
+		seen[r.EventID()]++
 	}
 	for i := range 30 {
 		if id := fmt.Sprintf("e%02d", i); seen[id] != 1 {
@@ -118,7 +86,7 @@ routes:
 	if len(seen) != 30 {
 		t.Errorf("%d distinct events delivered, want 30", len(seen))
 	}
-	if l, err := dlq.List(ctx, bridge.DLQFilter{}, false); err != nil || len(l) != 0 {
-		t.Errorf("%d dead letters left (%v), want 0", len(l), err)
+	if l := b.DeadLetters(t); len(l) != 0 {
+		t.Errorf("%d dead letters left, want 0", len(l))
 	}
 }

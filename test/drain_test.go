@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/sotercare/jetbridge/internal/natstest"
-	"github.com/sotercare/jetbridge/internal/sinktest"
+	"github.com/sotercare/jetbridge/jetbridgetest"
 )
 
 // Graceful drain on SIGTERM (CONTRACT 6), with the real binary:
@@ -22,14 +22,14 @@ func TestSIGTERMDrainsInFlight(t *testing.T) {
 		shutdownTimeout = 10 * time.Second
 	)
 	// Given 50 requests in flight (max_in_flight 50) and 30 events waiting
-	srv := natstest.Start(t)
-	_, js := natstest.Connect(t, srv.URL())
-	sink := sinktest.New(t, func(r sinktest.Request) sinktest.Response {
+	srv := jetbridgetest.NewServer(t)
+	_, js := srv.Connect(t)
+	sink := jetbridgetest.NewReceiver(t, jetbridgetest.WithScript(func(r jetbridgetest.Request) jetbridgetest.Response {
 		if r.N <= inFlight {
-			return sinktest.Response{Delay: destDelay}
+			return jetbridgetest.Response{Delay: destDelay}
 		}
-		return sinktest.Response{}
-	})
+		return jetbridgetest.Response{}
+	}))
 	sc := scenario{
 		natsURL: srv.URL(), sinkURL: sink.URL(),
 		maxInFlight: inFlight, ackWait: 30 * time.Second, shutdownTimeout: shutdownTimeout,
@@ -39,7 +39,7 @@ func TestSIGTERMDrainsInFlight(t *testing.T) {
 	l.Publish(t, js, "events.info.drain")
 	path := sc.file(t)
 	b := runBridge(t, path)
-	sink.WaitCount(t, inFlight, countTimeout)
+	waitCount(t, sink, inFlight, countTimeout)
 
 	// When it gets SIGTERM
 	sigAt := time.Now()
@@ -92,14 +92,14 @@ func TestSIGTERMCutsOffAfterShutdownTimeout(t *testing.T) {
 		prompt          = 5 * time.Second // well under ack_wait
 	)
 	// Given 50 requests in flight on a destination taking 3 s each
-	srv := natstest.Start(t)
-	_, js := natstest.Connect(t, srv.URL())
-	sink := sinktest.New(t, func(r sinktest.Request) sinktest.Response {
+	srv := jetbridgetest.NewServer(t)
+	_, js := srv.Connect(t)
+	sink := jetbridgetest.NewReceiver(t, jetbridgetest.WithScript(func(r jetbridgetest.Request) jetbridgetest.Response {
 		if r.N <= inFlight {
-			return sinktest.Response{Delay: destDelay}
+			return jetbridgetest.Response{Delay: destDelay}
 		}
-		return sinktest.Response{}
-	})
+		return jetbridgetest.Response{}
+	}))
 	sc := scenario{
 		natsURL: srv.URL(), sinkURL: sink.URL(),
 		maxInFlight: inFlight, ackWait: ackWait, shutdownTimeout: shutdownTimeout,
@@ -109,7 +109,7 @@ func TestSIGTERMCutsOffAfterShutdownTimeout(t *testing.T) {
 	l.Publish(t, js, "events.info.cut")
 	path := sc.file(t)
 	b := runBridge(t, path)
-	sink.WaitCount(t, inFlight, countTimeout)
+	waitCount(t, sink, inFlight, countTimeout)
 
 	// When it gets SIGTERM
 	sigAt := time.Now()
@@ -134,7 +134,7 @@ func TestSIGTERMCutsOffAfterShutdownTimeout(t *testing.T) {
 
 	// Then the 50 cut off come back promptly, each as delivery 2, and the
 	// other 30 are delivered once
-	sink.WaitCount(t, n+inFlight, prompt)
+	waitCount(t, sink, n+inFlight, prompt)
 	redelivered := time.Since(restartAt)
 	natstest.WaitQuiet(t, js, streamName, routeName, quietTimeout)
 	reqs := sink.Requests()

@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sotercare/jetbridge/internal/natstest"
+	"github.com/sotercare/jetbridge/jetbridgetest"
 )
 
 // Bounds of the header bomb scenario. Measured peak RSS with the response
@@ -184,8 +185,8 @@ func TestHeaderBombBoundedRSS(t *testing.T) {
 	}
 	// Given a destination answering every request with a 9 MB header
 	// section, and a bridge with 64 tries in flight and no breaker
-	srv := natstest.Start(t)
-	_, js := natstest.Connect(t, srv.URL())
+	srv := jetbridgetest.NewServer(t)
+	_, js := srv.Connect(t)
 	bomb := newHeaderBomb(t, bombHeaderBytes, bombInFlight)
 	path := filepath.Join(t.TempDir(), "bridge.yaml")
 	if err := os.WriteFile(path, fmt.Appendf(nil, `nats:

@@ -22,7 +22,7 @@ import (
 	"github.com/sotercare/jetbridge/bridge"
 	"github.com/sotercare/jetbridge/config"
 	"github.com/sotercare/jetbridge/internal/natstest"
-	"github.com/sotercare/jetbridge/internal/sinktest"
+	"github.com/sotercare/jetbridge/jetbridgetest"
 )
 
 // Names every scenario's configuration uses (the defaults, and route r).
@@ -108,25 +108,38 @@ func (s scenario) provision(t testing.TB, js jetstream.JetStream) {
 	}
 }
 
+// waitCount waits until rec has got at least n requests, for up to
+// timeout: some scenarios bound how soon (an asserted promptness), others
+// need longer than the kit's Timeout (a backlog of 2,000 under -race).
+func waitCount(t testing.TB, rec *jetbridgetest.Receiver, n int, timeout time.Duration) {
+	t.Helper()
+	natstest.Eventually(t, timeout, func() error {
+		if got := rec.Count(); got < n {
+			return fmt.Errorf("%d requests arrived, want at least %d", got, n)
+		}
+		return nil
+	})
+}
+
 // delayed answers 200 after d.
-func delayed(d time.Duration) sinktest.Script {
-	return func(sinktest.Request) sinktest.Response { return sinktest.Response{Delay: d} }
+func delayed(d time.Duration) jetbridgetest.Script {
+	return func(jetbridgetest.Request) jetbridgetest.Response { return jetbridgetest.Response{Delay: d} }
 }
 
 // eventIDs are the X-Event-Id headers of reqs, in arrival order.
-func eventIDs(reqs []sinktest.Request) []string {
+func eventIDs(reqs []jetbridgetest.Request) []string {
 	ids := make([]string, len(reqs))
 	for i, r := range reqs {
-		ids[i] = r.Header.Get(sinktest.EventIDHeader)
+		ids[i] = r.Header.Get(jetbridgetest.HeaderEventID)
 	}
 	return ids
 }
 
 // byEventID groups reqs by X-Event-Id, each group in arrival order.
-func byEventID(reqs []sinktest.Request) map[string][]sinktest.Request {
-	m := make(map[string][]sinktest.Request)
+func byEventID(reqs []jetbridgetest.Request) map[string][]jetbridgetest.Request {
+	m := make(map[string][]jetbridgetest.Request)
 	for _, r := range reqs {
-		id := r.Header.Get(sinktest.EventIDHeader)
+		id := r.Header.Get(jetbridgetest.HeaderEventID)
 		m[id] = append(m[id], r)
 	}
 	return m
@@ -136,7 +149,7 @@ func byEventID(reqs []sinktest.Request) map[string][]sinktest.Request {
 // l, the ledger the scenario published, and checks it: nothing may be
 // missing. It returns the report for the scenario's own bounds on
 // duplicates.
-func account(t *testing.T, js jetstream.JetStream, l *natstest.Ledger, reqs []sinktest.Request) natstest.LedgerReport {
+func account(t *testing.T, js jetstream.JetStream, l *natstest.Ledger, reqs []jetbridgetest.Request) natstest.LedgerReport {
 	t.Helper()
 	ids := eventIDs(reqs)
 	l.Delivered(ids...)

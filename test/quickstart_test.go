@@ -22,7 +22,7 @@ import (
 
 	"github.com/sotercare/jetbridge/config"
 	"github.com/sotercare/jetbridge/internal/natstest"
-	"github.com/sotercare/jetbridge/internal/sinktest"
+	"github.com/sotercare/jetbridge/jetbridgetest"
 	"github.com/sotercare/jetbridge/producer"
 )
 
@@ -45,7 +45,7 @@ func TestQuickstart(t *testing.T) {
 	if err != nil {
 		t.Fatalf("load %s: %v", quickstart, err)
 	}
-	sink := sinktest.New(t, sinktest.Always(http.StatusOK))
+	sink := jetbridgetest.NewReceiver(t, jetbridgetest.WithScript(jetbridgetest.Always(http.StatusOK)))
 	natsAddr := freeAddr(t)
 	// The token is a URL query value: a secret that must never be logged.
 	receiverToken := "token-" + rand.Text()
@@ -76,7 +76,7 @@ func TestQuickstart(t *testing.T) {
 
 	// Then the receiver gets exactly one POST on /events carrying it, and
 	// the route's consumer settles it.
-	sink.WaitCount(t, 1, deliveryTimeout)
+	waitCount(t, sink, 1, deliveryTimeout)
 	route := cfg.Routes[0].Name
 	natstest.WaitQuiet(t, js, cfg.Stream.Name, route, deliveryTimeout)
 	reqs := sink.Requests()
@@ -108,13 +108,13 @@ func TestQuickstart(t *testing.T) {
 
 // assertDelivery checks one request against the contract's envelope
 // format (CONTRACT 4.1).
-func assertDelivery(t *testing.T, r sinktest.Request, id, subject, payload string) {
+func assertDelivery(t *testing.T, r jetbridgetest.Request, id, subject, payload string) {
 	t.Helper()
 	if r.Method != http.MethodPost || r.Path != "/events" {
 		t.Errorf("request %s %s, want POST /events", r.Method, r.Path)
 	}
-	if got := r.Header.Get(sinktest.EventIDHeader); got != id {
-		t.Errorf("%s = %q, want %q", sinktest.EventIDHeader, got, id)
+	if got := r.Header.Get(jetbridgetest.HeaderEventID); got != id {
+		t.Errorf("%s = %q, want %q", jetbridgetest.HeaderEventID, got, id)
 	}
 	var env struct {
 		ID        string          `json:"id"`

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/sotercare/jetbridge/internal/natstest"
-	"github.com/sotercare/jetbridge/internal/sinktest"
+	"github.com/sotercare/jetbridge/jetbridgetest"
 )
 
 // readyzTimeout bounds how long /readyz takes to follow a stream change
@@ -22,11 +22,11 @@ const readyzTimeout = 20 * time.Second
 // stream deleted makes it 503 naming that stream. The negative controls
 // are in the bridge package (TestReadinessFollowsStreams).
 func TestReadyzFollowsStreams(t *testing.T) {
-	srv := natstest.Start(t)
-	sink := sinktest.New(t, sinktest.Always(200))
+	srv := jetbridgetest.NewServer(t)
+	sink := jetbridgetest.NewReceiver(t, jetbridgetest.WithScript(jetbridgetest.Always(200)))
 	s := scenario{natsURL: srv.URL(), sinkURL: sink.URL(), maxInFlight: 4, ackWait: 5 * time.Second, shutdownTimeout: 2 * time.Second}
 	p := runBridge(t, s.file(t))
-	_, js := natstest.Connect(t, srv.URL())
+	_, js := srv.Connect(t)
 	ctx := t.Context()
 
 	waitReason := func(want string) {
@@ -60,7 +60,7 @@ func TestReadyzFollowsStreams(t *testing.T) {
 	if _, err := js.Publish(pctx, "events.info.readyz", []byte(`{}`)); err != nil {
 		t.Fatal(err)
 	}
-	sink.WaitCount(t, 1, countTimeout)
+	waitCount(t, sink, 1, countTimeout)
 
 	if err := js.DeleteStream(ctx, dlqStream); err != nil {
 		t.Fatal(err)

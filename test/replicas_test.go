@@ -12,7 +12,7 @@ import (
 	"github.com/sotercare/jetbridge/bridge"
 	"github.com/sotercare/jetbridge/config"
 	"github.com/sotercare/jetbridge/internal/natstest"
-	"github.com/sotercare/jetbridge/internal/sinktest"
+	"github.com/sotercare/jetbridge/jetbridgetest"
 )
 
 // Three bridges on one configuration, started at the same moment, share
@@ -20,9 +20,9 @@ import (
 // are each delivered exactly once, and every replica delivers some.
 func TestReplicasSplitTheWork(t *testing.T) {
 	const n = 1000
-	srv := natstest.Start(t)
-	_, js := natstest.Connect(t, srv.URL())
-	sink := sinktest.New(t, jitter(50*time.Millisecond))
+	srv := jetbridgetest.NewServer(t)
+	_, js := srv.Connect(t)
+	sink := jetbridgetest.NewReceiver(t, jetbridgetest.WithScript(jitter(50*time.Millisecond)))
 	sc := scenario{natsURL: srv.URL(), sinkURL: sink.URL(), maxInFlight: 32, ackWait: 30 * time.Second, shutdownTimeout: 5 * time.Second}
 	cfg := sc.config(t)
 
@@ -61,9 +61,9 @@ func TestReplicasSplitTheWork(t *testing.T) {
 // each deliver every event, and the same accounting reports it.
 func TestReplicasWithoutSharedConsumerDuplicate(t *testing.T) {
 	const n = 200
-	srv := natstest.Start(t)
-	_, js := natstest.Connect(t, srv.URL())
-	sink := sinktest.New(t, jitter(5*time.Millisecond))
+	srv := jetbridgetest.NewServer(t)
+	_, js := srv.Connect(t)
+	sink := jetbridgetest.NewReceiver(t, jetbridgetest.WithScript(jitter(5*time.Millisecond)))
 	sc := scenario{natsURL: srv.URL(), sinkURL: sink.URL(), maxInFlight: 32, ackWait: 30 * time.Second, shutdownTimeout: 5 * time.Second}
 	cfgs := make([]*config.Config, 3)
 	for i := range cfgs {
@@ -92,12 +92,12 @@ func TestReplicasWithoutSharedConsumerDuplicate(t *testing.T) {
 // own connection, starting them at the same moment, and waits until all
 // are ready. It returns each one's count of delivered messages. They stop
 // (and drain) when the test ends.
-func startReplicas(t *testing.T, srv *natstest.Server, cfgs ...*config.Config) []*atomic.Int64 {
+func startReplicas(t *testing.T, srv *jetbridgetest.Server, cfgs ...*config.Config) []*atomic.Int64 {
 	t.Helper()
 	counts := make([]*atomic.Int64, len(cfgs))
 	bridges := make([]*bridge.Bridge, len(cfgs))
 	for i, cfg := range cfgs {
-		_, js := natstest.Connect(t, srv.URL())
+		_, js := srv.Connect(t)
 		count := new(atomic.Int64)
 		b, err := bridge.New(cfg, js, bridge.Options{OnSettle: func(s bridge.Settled) {
 			if s.Outcome == bridge.OutcomeDelivered {
@@ -135,10 +135,10 @@ func startReplicas(t *testing.T, srv *natstest.Server, cfgs ...*config.Config) [
 }
 
 // jitter answers 200 after a delay between 0 and max, fixed per event id.
-func jitter(max time.Duration) sinktest.Script {
-	return func(r sinktest.Request) sinktest.Response {
+func jitter(max time.Duration) jetbridgetest.Script {
+	return func(r jetbridgetest.Request) jetbridgetest.Response {
 		h := fnv.New32a()
-		h.Write([]byte(r.Header.Get(sinktest.EventIDHeader)))
-		return sinktest.Response{Delay: time.Duration(h.Sum32()%uint32(max/time.Millisecond+1)) * time.Millisecond}
+		h.Write([]byte(r.Header.Get(jetbridgetest.HeaderEventID)))
+		return jetbridgetest.Response{Delay: time.Duration(h.Sum32()%uint32(max/time.Millisecond+1)) * time.Millisecond}
 	}
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sotercare/jetbridge/internal/natstest"
-	"github.com/sotercare/jetbridge/internal/sinktest"
+	"github.com/sotercare/jetbridge/jetbridgetest"
 )
 
 // The NATS server goes away in the middle of a 2,000-event backlog and
@@ -22,8 +22,8 @@ import (
 // persists every ack it processed, so only the messages the bridge held
 // (at most max_in_flight) are sent again.
 func TestServerRestartMidFlow(t *testing.T) {
-	srv := natstest.Start(t)
-	_, js := natstest.Connect(t, srv.URL())
+	srv := jetbridgetest.NewServer(t)
+	_, js := srv.Connect(t)
 	o := serverOutage(t, srv.URL(), js, srv.Shutdown, func() { srv.Restart(t) })
 	if o.report.DuplicateCount > outageInFlight {
 		t.Errorf("%d duplicate requests, want at most max_in_flight = %d", o.report.DuplicateCount, outageInFlight)
@@ -73,7 +73,7 @@ const outageInFlight = 32
 // outage is what serverOutage observed.
 type outage struct {
 	report natstest.LedgerReport
-	reqs   []sinktest.Request
+	reqs   []jetbridgetest.Request
 	downAt time.Time
 }
 
@@ -88,7 +88,7 @@ func serverOutage(t *testing.T, url string, js jetstream.JetStream, down, up fun
 		resumeBound = 5 * time.Second
 	)
 	// Given a backlog of 2,000 events and a bridge process delivering them
-	sink := sinktest.New(t, delayed(destDelay))
+	sink := jetbridgetest.NewReceiver(t, jetbridgetest.WithScript(delayed(destDelay)))
 	sc := scenario{
 		natsURL: url, sinkURL: sink.URL(),
 		maxInFlight: outageInFlight, ackWait: 2 * time.Second, shutdownTimeout: 5 * time.Second,
@@ -97,7 +97,7 @@ func serverOutage(t *testing.T, url string, js jetstream.JetStream, down, up fun
 	l := natstest.NewLedger("outage", n)
 	l.Publish(t, js, "events.info.outage")
 	b := runBridge(t, sc.file(t))
-	sink.WaitCount(t, downAfter, countTimeout)
+	waitCount(t, sink, downAfter, countTimeout)
 
 	// When the server goes down
 	downAt := time.Now()

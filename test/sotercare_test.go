@@ -11,19 +11,17 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
 	"github.com/sotercare/jetbridge/bridge"
 	"github.com/sotercare/jetbridge/config"
 	"github.com/sotercare/jetbridge/internal/natstest"
-	"github.com/sotercare/jetbridge/internal/sinktest"
 	"github.com/sotercare/jetbridge/internal/sotercare"
+	"github.com/sotercare/jetbridge/jetbridgetest"
 	"github.com/sotercare/jetbridge/producer"
 	"github.com/sotercare/jetbridge/subjects"
 )
@@ -31,27 +29,25 @@ import (
 // careTimeout bounds every wait of the SoterCare scenarios.
 const careTimeout = 15 * time.Second
 
-// careEnv is SoterCare end to end: an embedded JetStream, the bridge run
-// in process with config/sotercare.yaml, the SoterCare API on httptest and
-// a test caregiver notifier.
+// careEnv is SoterCare end to end on the public test kit: an embedded
+// JetStream, the bridge run in process with config/sotercare.yaml, the
+// SoterCare API on httptest and a recording caregiver notifier.
 type careEnv struct {
-	srv      *natstest.Server
-	js       jetstream.JetStream // the bridge's connection
+	srv      *jetbridgetest.Server
+	b        *jetbridgetest.Bridge
+	js       jetstream.JetStream // the kit's connection
 	api      *nats.Conn          // the SoterCare API's connection
 	apiURL   string
 	cfg      *config.Config
-	notifier *sinktest.Sink
-
-	mu      sync.Mutex
-	settled []bridge.Settled
+	notifier *jetbridgetest.Receiver
 }
 
 // startCare starts the scenario with a notifier answering by script.
-func startCare(t *testing.T, script sinktest.Script) *careEnv {
+func startCare(t *testing.T, script jetbridgetest.Script) *careEnv {
 	t.Helper()
-	notifier := sinktest.New(t, script)
+	notifier := jetbridgetest.NewReceiver(t, jetbridgetest.WithScript(script))
 	// The config's own environment: its nats and admin sections are used
-	// only by cmd/bridge; here the bridge runs against a natstest server.
+	// only by cmd/bridge; here the bridge runs against the kit's server.
 	t.Setenv("CAREGIVER_URL", notifier.URL()+"/notifier/alerts")
 	t.Setenv("JETBRIDGE_STORE_DIR", t.TempDir())
 	t.Setenv("JETBRIDGE_NATS_LISTEN", "127.0.0.1:0")
@@ -61,50 +57,14 @@ func startCare(t *testing.T, script sinktest.Script) *careEnv {
 	if err != nil {
 		t.Fatalf("load %s: %v", path, err)
 	}
-
-	e := &careEnv{srv: natstest.Start(t), cfg: cfg, notifier: notifier}
-	_, e.js = natstest.Connect(t, e.srv.URL())
-	logs := &natstest.Buffer{}
-	b, err := bridge.New(cfg, e.js, bridge.Options{
-		Logger: zerolog.New(logs).Level(zerolog.DebugLevel),
-		OnSettle: func(s bridge.Settled) {
-			e.mu.Lock()
-			e.settled = append(e.settled, s)
-			e.mu.Unlock()
-		},
-	})
-	if err != nil {
-		t.Fatalf("bridge.New: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- b.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("bridge Run: %v", err)
-			}
-		case <-time.After(careTimeout):
-			t.Errorf("bridge Run did not return within %s of cancel", careTimeout)
-		}
-		if t.Failed() {
-			t.Logf("bridge logs:\n%s", logs.String())
-		}
-	})
-	select {
-	case <-b.Ready():
-	case err := <-done:
-		t.Fatalf("bridge Run: %v", err)
-	case <-time.After(careTimeout):
-		t.Fatalf("bridge not ready within %s", careTimeout)
-	}
+	srv := jetbridgetest.NewServer(t)
+	e := &careEnv{srv: srv, js: srv.JetStream(), cfg: cfg, notifier: notifier}
+	e.b = jetbridgetest.StartBridge(t, srv, cfg)
 
 	// The API's connection has no reconnect buffer, as in cmd/sotercare: a
 	// reading published while JetStream is away fails at once.
 	var js jetstream.JetStream
-	e.api, js = natstest.Connect(t, e.srv.URL(), nats.ReconnectBufSize(-1))
+	e.api, js = srv.Connect(t, nats.ReconnectBufSize(-1))
 	hs := httptest.NewServer(sotercare.NewHandler(producer.NewPublisher(js, "events"),
 		sotercare.Options{PublishTimeout: time.Second}))
 	t.Cleanup(hs.Close)
@@ -158,51 +118,26 @@ func (e *careEnv) accept(t *testing.T, body string, sev sotercare.Severity, rout
 // quiet waits until both caregiver routes have nothing pending or unacked.
 func (e *careEnv) quiet(t *testing.T) {
 	t.Helper()
-	for _, r := range e.cfg.Routes {
-		natstest.WaitQuiet(t, e.js, e.cfg.Stream.Name, r.Name, careTimeout)
-	}
-}
-
-// requestsFor returns the notifier's requests carrying the event id.
-func (e *careEnv) requestsFor(id string) []sinktest.Request {
-	var out []sinktest.Request
-	for _, r := range e.notifier.Requests() {
-		if r.Header.Get(sinktest.EventIDHeader) == id {
-			out = append(out, r)
-		}
-	}
-	return out
+	e.b.WaitQuiet(t)
 }
 
 // waitNotified waits for a request carrying id, then for the routes to be
 // quiet, and returns every request that carried it.
-func (e *careEnv) waitNotified(t *testing.T, id string) []sinktest.Request {
+func (e *careEnv) waitNotified(t *testing.T, id string) []jetbridgetest.Request {
 	t.Helper()
-	natstest.Eventually(t, careTimeout, func() error {
-		if len(e.requestsFor(id)) == 0 {
-			return fmt.Errorf("no notification for %s yet (%d requests in all)", id, e.notifier.Count())
-		}
-		return nil
-	})
+	e.notifier.WaitEvent(t, id)
 	e.quiet(t)
-	return e.requestsFor(id)
+	return e.notifier.Events(id)
 }
 
+// outcomes are the bridge's settlements of event id, in order.
 func (e *careEnv) outcomes(id string) []bridge.Settled {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	var out []bridge.Settled
-	for _, s := range e.settled {
-		if s.EventID == id {
-			out = append(out, s)
-		}
-	}
-	return out
+	return slices.DeleteFunc(e.b.Settlements(), func(s bridge.Settled) bool { return s.EventID != id })
 }
 
 // checkAlert checks one notification: the event's id, type and severity in
 // the headers, and SoterCare's alert as the envelope's payload.
-func checkAlert(t *testing.T, r sinktest.Request, id, typ, severity string, care sotercare.Severity) {
+func checkAlert(t *testing.T, r jetbridgetest.Request, id, typ, severity string, care sotercare.Severity) {
 	t.Helper()
 	if r.Method != http.MethodPost || r.Path != "/notifier/alerts" {
 		t.Errorf("request %s %s, want POST /notifier/alerts", r.Method, r.Path)
@@ -227,7 +162,7 @@ func checkAlert(t *testing.T, r sinktest.Request, id, typ, severity string, care
 // alerts reach the notifier exactly once, everything else stays in the
 // stream, duplicates and invalid readings are refused.
 func TestSoterCareEndToEnd(t *testing.T) {
-	e := startCare(t, sinktest.Always(http.StatusOK))
+	e := startCare(t, jetbridgetest.Always(http.StatusOK))
 
 	t.Run("critical fall notifies the caregiver once", func(t *testing.T) {
 		rc := e.accept(t, careReading("fall-0001", "fall", 1, "boolean"), sotercare.Critical, sotercare.Caregiver)
@@ -269,7 +204,7 @@ func TestSoterCareEndToEnd(t *testing.T) {
 		// matches their filters, so nothing is on its way to the notifier.
 		e.quiet(t)
 		for id := range stored {
-			if n := len(e.requestsFor(id)); n != 0 {
+			if n := len(e.notifier.Events(id)); n != 0 {
 				t.Errorf("notifier got %d requests for %s, want none", n, id)
 			}
 		}
@@ -307,7 +242,7 @@ func TestSoterCareEndToEnd(t *testing.T) {
 // JetStream away: the reading is refused with 503 and not stored; once it
 // is back, the same eventId is accepted and notified once.
 func TestSoterCareBrokerDown(t *testing.T) {
-	e := startCare(t, sinktest.Always(http.StatusOK))
+	e := startCare(t, jetbridgetest.Always(http.StatusOK))
 	body := careReading("fall-0100", "fall", 1, "boolean")
 
 	e.srv.Shutdown()
@@ -335,16 +270,11 @@ func TestSoterCareBrokerDown(t *testing.T) {
 // redelivered after the route's first two backoffs and delivered on the
 // third delivery, within its max_deliver.
 func TestSoterCareNotifierRecovers(t *testing.T) {
-	e := startCare(t, sinktest.Sequence(http.StatusInternalServerError, http.StatusInternalServerError, http.StatusOK))
+	e := startCare(t, jetbridgetest.Sequence(http.StatusInternalServerError, http.StatusInternalServerError, http.StatusOK))
 	route := careRoute(t, e.cfg, "caregiver-critical")
 	rc := e.accept(t, careReading("fall-0200", "fall", 1, "boolean"), sotercare.Critical, sotercare.Caregiver)
 
-	natstest.Eventually(t, careTimeout, func() error {
-		if got := e.outcomes(rc.EventID); len(got) < 3 {
-			return fmt.Errorf("%d settlements for %s, want 3", len(got), rc.EventID)
-		}
-		return nil
-	})
+	e.b.WaitEvent(t, rc.EventID)
 	e.quiet(t)
 	got := e.outcomes(rc.EventID)
 	want := []string{bridge.OutcomeRedeliveryScheduled, bridge.OutcomeRedeliveryScheduled, bridge.OutcomeDelivered}
@@ -362,7 +292,7 @@ func TestSoterCareNotifierRecovers(t *testing.T) {
 	if got[2].Delivered > uint64(route.MaxDeliver) {
 		t.Fatalf("delivered on delivery %d, beyond max_deliver %d", got[2].Delivered, route.MaxDeliver)
 	}
-	reqs := e.requestsFor(rc.EventID)
+	reqs := e.notifier.Events(rc.EventID)
 	var attempts []string
 	for _, r := range reqs {
 		attempts = append(attempts, r.Header.Get("X-Delivery-Attempt"))
@@ -376,27 +306,19 @@ func TestSoterCareNotifierRecovers(t *testing.T) {
 // A notifier answering 400 rejects the alert: one request, then a dead
 // letter carrying the eventId.
 func TestSoterCareNotifierRejects(t *testing.T) {
-	e := startCare(t, sinktest.Always(http.StatusBadRequest))
+	e := startCare(t, jetbridgetest.Always(http.StatusBadRequest))
 	rc := e.accept(t, careReading("vit-0200", "vitals", 45, "bpm"), sotercare.High, sotercare.Caregiver)
 	reqs := e.waitNotified(t, rc.EventID)
 	if len(reqs) != 1 {
 		t.Fatalf("notifier got %d requests for %s, want exactly 1 (a 400 is not retried)", len(reqs), rc.EventID)
 	}
-	var dead []*jetstream.RawStreamMsg
-	natstest.Eventually(t, careTimeout, func() error {
-		dead = streamMsgs(t, e.js, e.cfg.DeadLetter.Stream)
-		if len(dead) != 1 {
-			return fmt.Errorf("%d dead letters, want 1", len(dead))
-		}
-		return nil
-	})
-	h := dead[0].Header
-	if h.Get("Event-Id") != rc.EventID || h.Get(bridge.HeaderReason) != bridge.ReasonRejected || h.Get(bridge.HeaderStatus) != "400" ||
-		h.Get(bridge.HeaderRoute) != "caregiver-alerts" || h.Get(bridge.HeaderOriginalSubject) != "events.warning.care.caregiver.vitals" {
-		t.Fatalf("dead letter headers %v, want event %s rejected with 400 on caregiver-alerts", h, rc.EventID)
+	dead := e.b.WaitDeadLetters(t, 1)
+	if d := dead[0]; len(dead) != 1 || d.EventID != rc.EventID || d.Reason != bridge.ReasonRejected || d.Status != 400 ||
+		d.Route != "caregiver-alerts" || d.Subject != "events.warning.care.caregiver.vitals" {
+		t.Fatalf("dead letters %+v, want one: event %s rejected with 400 on caregiver-alerts", dead, rc.EventID)
 	}
-	if dead[0].Subject != "dlq.caregiver-alerts.events.warning.care.caregiver.vitals" {
-		t.Fatalf("dead letter subject %s", dead[0].Subject)
+	if dead[0].DLQSubject != "dlq.caregiver-alerts.events.warning.care.caregiver.vitals" {
+		t.Fatalf("dead letter subject %s", dead[0].DLQSubject)
 	}
 	var alert sotercare.Alert
 	if err := json.Unmarshal(dead[0].Data, &alert); err != nil || alert.EventID != rc.EventID {
@@ -428,36 +350,6 @@ func getMsg(t *testing.T, js jetstream.JetStream, stream string, seq uint64) *je
 		t.Fatalf("stream %s seq %d: %v", stream, seq, err)
 	}
 	return m
-}
-
-// streamMsgs reads every message of a stream (none if it does not exist).
-func streamMsgs(t *testing.T, js jetstream.JetStream, stream string) []*jetstream.RawStreamMsg {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-	defer cancel()
-	s, err := js.Stream(ctx, stream)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil
-	}
-	if err != nil {
-		t.Fatalf("stream %s: %v", stream, err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatalf("stream %s: %v", stream, err)
-	}
-	var out []*jetstream.RawStreamMsg
-	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
-		m, err := s.GetMsg(ctx, seq)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
-		}
-		if err != nil {
-			t.Fatalf("stream %s seq %d: %v", stream, seq, err)
-		}
-		out = append(out, m)
-	}
-	return out
 }
 
 // config/sotercare.yaml as the issue describes it: every caregiver-bound

@@ -16,6 +16,7 @@
 //   - Tests wait on conditions, never on the clock: Eventually polls until a
 //     condition holds and fails with the last error it saw.
 //
-// natstest is imported only by tests. It may import internal/embedded,
+// natstest is imported only by tests and by the public test kit
+// (package jetbridgetest), which builds on it. It may import internal/embedded,
 // nats-server, nats.go (nats and jetstream) and the standard library.
 package natstest

@@ -42,6 +42,17 @@ func Connect(t testing.TB, url string, opts ...nats.Option) (*nats.Conn, jetstre
 // must be called from the test goroutine.
 func Eventually(t testing.TB, timeout time.Duration, cond func() error) {
 	t.Helper()
+	if err := Poll(timeout, cond); err != nil {
+		t.Fatalf("natstest: condition not met within %s: %v", timeout, err)
+	}
+}
+
+// Poll calls cond about every 10 ms until it returns nil, and returns nil.
+// If timeout passes first it returns cond's last error (after one last
+// look, so a condition that became true meanwhile is not a failure).
+// Unlike Eventually it does not fail the test, so callers word their own
+// failure.
+func Poll(timeout time.Duration, cond func() error) error {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(pollInterval)
@@ -49,17 +60,12 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() error) {
 	for {
 		err := cond()
 		if err == nil {
-			return
+			return nil
 		}
 		select {
 		case <-tick.C:
 		case <-deadline.C:
-			// One last look, so a condition that became true while we
-			// were waiting is not reported as a failure.
-			if err = cond(); err == nil {
-				return
-			}
-			t.Fatalf("natstest: condition not met within %s: %v", timeout, err)
+			return cond()
 		}
 	}
 }

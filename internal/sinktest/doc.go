@@ -13,6 +13,7 @@
 //     a success status.
 //   - All methods are safe for concurrent use.
 //
-// sinktest is imported only by tests. It may import internal/embedded,
+// sinktest is imported only by tests and by the public test kit
+// (package jetbridgetest), which builds on it. It may import internal/embedded,
 // nats-server, nats.go (nats and jetstream) and the standard library.
 package sinktest

@@ -79,15 +79,6 @@ const (
 var safetyNetReasons = []string{SafetyNetInvalidAdvisory, SafetyNetForeignStream, SafetyNetConsumerGone,
 	SafetyNetMessageGone, SafetyNetDeadLetterRefused}
 
-// ErrGivenUp is the failure recorded for a message JetStream stopped
-// redelivering (its MAX_DELIVERIES advisory).
-var ErrGivenUp = errors.New("JetStream stopped redelivering: max deliveries reached without a settlement")
-
-var (
-	errInvalidAdvisory = errors.New("unreadable MAX_DELIVERIES advisory")
-	errForeignStream   = errors.New("MAX_DELIVERIES advisory names a stream that is not the bridge's")
-)
-
 // AdvisoryStreamName is the stream that keeps the MAX_DELIVERIES advisories.
 func AdvisoryStreamName(dl config.DeadLetter) string { return dl.Stream + "_ADVISORIES" }
 
@@ -158,8 +149,8 @@ type advisoryVerdict struct {
 }
 
 // advisoryClassifier decides permanent or transient for a failure of an
-// advisory delivered for the delivered-th time. Production uses
-// classifyAdvisoryFailure; tests swap Bridge.classifyAdvisory.
+// advisory delivered for the delivered-th time (classifyAdvisoryFailure;
+// see parts).
 type advisoryClassifier func(err error, delivered uint64) advisoryVerdict
 
 // classifyAdvisoryFailure: every failure retrying can never cure is
@@ -220,11 +211,12 @@ type safetyNet struct {
 }
 
 // advisories processes the stored advisories until ctx ends.
-func (b *Bridge) advisories(ctx context.Context, cons jetstream.Consumer) {
+func (b *Bridge) advisories(ctx context.Context) {
+	cons := b.advisoryCons
 	n := &safetyNet{
 		b:        b,
 		log:      b.log.With().Str("component", "max-deliveries").Logger(),
-		classify: b.classifyAdvisory,
+		classify: b.parts.classifyAdvisory,
 		notRun:   make(map[string]struct{}),
 		fetch:    logLimiter{every: fetchLogEvery},
 	}
@@ -308,10 +300,10 @@ func (n *safetyNet) notOurs(ctx context.Context, m jetstream.Msg, adv maxDeliver
 			clear(n.notRun)
 		}
 		n.notRun[adv.Consumer] = struct{}{}
-		log.Warn().Dur("retry_in", delay).
+		log.Warn().Str("retry_in", delay.String()).
 			Msg("MAX_DELIVERIES advisory for a jetbridge route this replica does not run; left for another replica (logged once per consumer)")
 	} else {
-		log.Debug().Dur("retry_in", delay).Msg("MAX_DELIVERIES advisory left for another replica")
+		log.Debug().Str("retry_in", delay.String()).Msg("MAX_DELIVERIES advisory left for another replica")
 	}
 	_ = m.NakWithDelay(delay)
 }
@@ -329,10 +321,10 @@ func (n *safetyNet) failed(ctx context.Context, m jetstream.Msg, err error, deli
 		return
 	}
 	if v.Log {
-		log.Warn().Str("error", err.Error()).Uint64("advisory_deliveries", delivered).Dur("retry_in", v.Delay).
+		log.Warn().Str("error", err.Error()).Uint64("advisory_deliveries", delivered).Str("retry_in", v.Delay.String()).
 			Msg("safety net: dead letter not stored yet; advisory kept for a retry")
 	} else {
-		log.Debug().Str("error", err.Error()).Uint64("advisory_deliveries", delivered).Dur("retry_in", v.Delay).
+		log.Debug().Str("error", err.Error()).Uint64("advisory_deliveries", delivered).Str("retry_in", v.Delay.String()).
 			Msg("safety net: still failing; advisory kept for a retry")
 	}
 	_ = m.NakWithDelay(v.Delay)
@@ -366,5 +358,6 @@ func (b *Bridge) deadLetterGivenUp(ctx context.Context, r *route, adv maxDeliver
 		Seq:       adv.StreamSeq,
 		Delivered: adv.Deliveries,
 	}
-	return r.deadLetter(ctx, raw.Header, raw.Data, ev, ReasonMaxDeliveries, ErrGivenUp)
+	_, err = r.deadLetter(ctx, raw.Header, raw.Data, ev, ReasonMaxDeliveries, ErrGivenUp)
+	return err
 }

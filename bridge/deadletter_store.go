@@ -44,12 +44,12 @@ func DeadLetterMsgID(route, stream string, seq uint64) string {
 }
 
 // deadLetter stores the message on the dead-letter stream and returns only
-// once JetStream acknowledged it (or failed to). A dead letter that does
-// not fit is stored in a reduced form (see storeDeadLetter); one that is
-// refused even in its smallest form returns an error matching
-// ErrDeadLetterRefused, and the caller must not settle the message as
-// dead-lettered.
-func (r *route) deadLetter(ctx context.Context, orig nats.Header, data []byte, ev *event, reason string, failure error) error {
+// once JetStream acknowledged it (or failed to), with its sequence on the
+// dead-letter stream. A dead letter that does not fit is stored in a
+// reduced form (see storeDeadLetter); one that is refused even in its
+// smallest form returns an error matching ErrDeadLetterRefused, and the
+// caller must not settle the message as dead-lettered.
+func (r *route) deadLetter(ctx context.Context, orig nats.Header, data []byte, ev *event, reason string, failure error) (uint64, error) {
 	h := make(nats.Header, len(orig)+14)
 	for k, vs := range orig {
 		// No Nats-* header is copied: the original Nats-Msg-Id would make the
@@ -88,9 +88,9 @@ func (r *route) deadLetter(ctx context.Context, orig nats.Header, data []byte, e
 		Data:    data,
 	}
 	limit := r.b.js.Conn().MaxPayload()
-	form, err := storeDeadLetter(ctx, r.b.js, full, limit, r.b.shrinkDeadLetter)
+	form, err := storeDeadLetter(ctx, r.b.js, full, limit, r.b.parts.shrinkDeadLetter)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if form.stored && form.form > dlFull {
 		r.b.m.payloadOmitted.WithLabelValues(r.cfg.Name).Inc()
@@ -99,7 +99,7 @@ func (r *route) deadLetter(ctx context.Context, orig nats.Header, data []byte, e
 			Bool("headers_omitted", form.form == dlMinimal).Str("reason", reason).
 			Msg("dead letter too large: stored without its payload; the payload stays in the source stream at Bridge-Original-Sequence")
 	}
-	return nil
+	return form.seq, nil
 }
 
 // HeaderHeadersOmitted marks a dead letter that, even without its payload,
@@ -107,12 +107,6 @@ func (r *route) deadLetter(ctx context.Context, orig nats.Header, data []byte, e
 // Event-Type, Event-Severity and Content-Type. Its value is the number of
 // original header fields dropped.
 const HeaderHeadersOmitted = "Bridge-Headers-Omitted"
-
-// ErrDeadLetterRefused means the dead-letter stream (or the connection)
-// refused a dead letter for its size or format even in its smallest form:
-// no payload and no original headers beyond the four kept ones. Retrying
-// cannot help; the message stays in the source stream.
-var ErrDeadLetterRefused = errors.New("bridge: dead letter refused even without its payload and original headers")
 
 // dlForm is how much of the original message a dead letter keeps.
 type dlForm int
@@ -127,8 +121,7 @@ const (
 var keptHeaders = []string{producer.HeaderEventID, producer.HeaderEventType, producer.HeaderEventSeverity, producer.HeaderContentType}
 
 // shrinkDeadLetter returns a copy of the full dead letter in form to
-// (dlNoPayload or dlMinimal). Production uses it as is; tests swap
-// Bridge.shrinkDeadLetter for a broken variant.
+// (dlNoPayload or dlMinimal); see parts.
 func shrinkDeadLetter(full *nats.Msg, to dlForm) *nats.Msg {
 	if to <= dlFull {
 		return full
@@ -224,6 +217,7 @@ func tooLarge(err error) (string, bool) {
 type dlStored struct {
 	form      dlForm
 	stored    bool   // false: a duplicate of a copy stored before
+	seq       uint64 // its sequence on the dead-letter stream (the earlier copy's for a duplicate)
 	refusedBy string // why a larger form was not used: max_payload, stream_max_msg_size, header_size, header_format
 }
 
@@ -250,7 +244,7 @@ func storeDeadLetter(ctx context.Context, js jetstream.JetStream, full *nats.Msg
 	for {
 		ack, err := js.PublishMsg(ctx, m)
 		if err == nil {
-			out.stored = !ack.Duplicate
+			out.stored, out.seq = !ack.Duplicate, ack.Sequence
 			return out, nil
 		}
 		why, refused := tooLarge(err)

@@ -4,129 +4,68 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// watchdogEvery is how often a route checks that it makes progress and that
-// its consumer still has this bridge's configuration.
-const watchdogEvery = 15 * time.Second
-
-// lookupTimeout bounds a consumer lookup made from the pull loop.
-const lookupTimeout = time.Second
-
-// consumer returns the route's consumer handle (nil before Provision).
-func (r *route) consumer() jetstream.Consumer {
-	if c := r.cons.Load(); c != nil {
-		return *c
-	}
-	return nil
-}
-
-func (r *route) setConsumer(c jetstream.Consumer) { r.cons.Store(&c) }
-
-// bindConsumer creates or updates the route's durable consumer. When the
-// consumer exists with another configuration, that is reported loudly:
-// replicas sharing a durable have no config owner, and two versions (a
-// rolling deploy, a forgotten replica) flip its settings back and forth.
-func (r *route) bindConsumer(ctx context.Context) error {
-	want := consumerConfig(r.cfg)
-	if cur, err := r.b.js.Consumer(ctx, r.b.cfg.Stream.Name, r.cfg.Name); err == nil {
-		if diff := consumerDrift(cur.CachedInfo().Config, want); diff != "" {
-			r.log.Error().Str("differences", diff).
-				Msg("consumer configuration differs from this replica's: another replica runs a different config; applying this one")
+// Readiness returns nil once the bridge is connected, the source and
+// dead-letter streams exist (the latter writable) and every route's
+// consumer is bound and answers lookups, else the reason it is not ready.
+// Stream and consumer checks come from the readiness watch (see
+// watchReadiness below), so a change shows within about readinessEvery.
+func (b *Bridge) Readiness() error {
+	select {
+	case <-b.ready:
+	default:
+		if err := b.provisionErr.Load(); err != nil {
+			return errors.New("provisioning: " + (*err).Error())
 		}
+		return errors.New("starting: streams and consumers not provisioned yet")
 	}
-	c, err := r.b.js.CreateOrUpdateConsumer(ctx, r.b.cfg.Stream.Name, want)
-	if err != nil {
+	if err := b.Healthy(); err != nil {
 		return err
 	}
-	r.setConsumer(c)
+	if nc := b.js.Conn(); nc != nil && !nc.IsConnected() {
+		reason := "disconnected from NATS: " + nc.Status().String()
+		if cause := natsCause(nc.LastError()); cause != "" {
+			reason = "disconnected from NATS: " + cause
+		}
+		return errors.New(reason)
+	}
+	return b.health.reason(b.routes)
+}
+
+// Healthy returns nil unless the bridge's NATS connection is closed for
+// good (nats.go gave up reconnecting): then nothing will ever be delivered
+// again and the process must be restarted. /healthz answers 503 then.
+func (b *Bridge) Healthy() error {
+	if nc := b.js.Conn(); nc != nil && nc.IsClosed() {
+		msg := "NATS connection closed for good"
+		if cause := natsCause(nc.LastError()); cause != "" {
+			msg += ": " + cause
+		}
+		return errors.New(msg)
+	}
 	return nil
 }
 
-// lookupConsumer takes a fresh handle on the route's durable consumer. A
-// consumer deleted by hand is not created again behind the operator's back
-// (a new durable would redeliver the whole stream): the route reports it
-// through Readiness until the bridge is restarted.
-func (r *route) lookupConsumer(ctx context.Context) {
-	// Short: a lookup sent to a server that is shutting down gets no answer,
-	// and the route pulls nothing while it waits.
-	lctx, cancel := context.WithTimeout(ctx, lookupTimeout)
-	defer cancel()
-	c, err := r.b.js.Consumer(lctx, r.b.cfg.Stream.Name, r.cfg.Name)
+// natsCause describes a connection error for /readyz and /healthz without
+// anything a client sent: an authentication or TLS rejection by its class,
+// other errors by their text (nats.go's protocol errors carry no secrets).
+func natsCause(err error) string {
 	switch {
 	case err == nil:
-		r.setConsumer(c)
-		r.missing.Store(false)
-	case errors.Is(err, jetstream.ErrConsumerNotFound):
-		if !r.missing.Swap(true) {
-			r.log.Error().Msg("the route's consumer was deleted; restart the bridge to create it again (it will then deliver the stream from its start)")
-		}
-	default:
-		r.log.Warn().Str("error", err.Error()).Msg("consumer lookup failed")
+		return ""
+	case errors.Is(err, nats.ErrAuthorization):
+		return "NATS rejected the credentials: authorization violation"
+	case errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked), errors.Is(err, nats.ErrAccountAuthExpired):
+		return "NATS rejected the credentials: " + strings.TrimPrefix(err.Error(), "nats: ")
 	}
-}
-
-// consumerDrift names the settings of have that differ from want.
-func consumerDrift(have, want jetstream.ConsumerConfig) string {
-	var d []string
-	if !slices.Equal(have.FilterSubjects, want.FilterSubjects) {
-		d = append(d, fmt.Sprintf("filter_subjects %v != %v", have.FilterSubjects, want.FilterSubjects))
-	}
-	if have.AckWait != want.AckWait {
-		d = append(d, fmt.Sprintf("ack_wait %s != %s", have.AckWait, want.AckWait))
-	}
-	if have.MaxDeliver != want.MaxDeliver {
-		d = append(d, fmt.Sprintf("max_deliver(+1) %d != %d", have.MaxDeliver, want.MaxDeliver))
-	}
-	if have.MaxAckPending != want.MaxAckPending {
-		d = append(d, fmt.Sprintf("max_ack_pending %d != %d", have.MaxAckPending, want.MaxAckPending))
-	}
-	return strings.Join(d, "; ")
-}
-
-// watchdog notices a route that makes no progress while its consumer has
-// messages waiting (the pull stall of nats.go#1622 and #2063 cannot happen
-// to the Fetch loop, but a lost consumer or a broken subscription could),
-// and asks the pull loop to re-bind the consumer. It also re-checks the
-// consumer's configuration against this replica's.
-func (r *route) watchdog(ctx context.Context) {
-	t := time.NewTicker(watchdogEvery)
-	defer t.Stop()
-	last := r.received.Load()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		c := r.consumer()
-		if c == nil {
-			continue
-		}
-		ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		info, err := c.Info(ictx)
-		cancel()
-		if err != nil {
-			continue // the pull loop reports connection problems
-		}
-		if diff := consumerDrift(info.Config, consumerConfig(r.cfg)); diff != "" {
-			r.log.Error().Str("differences", diff).Msg("consumer configuration changed by another replica with a different config")
-		}
-		now := r.received.Load()
-		idle := int64(len(r.slots)) < int64(cap(r.slots))
-		if now == last && info.NumPending > 0 && idle && r.dest.state() == BreakerClosed {
-			r.log.Warn().Uint64("pending", info.NumPending).Dur("for", watchdogEvery).
-				Msg("no progress while messages are pending: re-binding the consumer")
-			r.rebind.Store(true)
-		}
-		last = now
-	}
+	return err.Error()
 }
 
 // readinessEvery is how often the readiness watch checks the source and
@@ -174,7 +113,7 @@ func (h *readiness) reason(routes []*route) error {
 		return errors.New(h.deadLetter)
 	}
 	for _, r := range routes {
-		if r.missing.Load() {
+		if r.bound.missing.Load() {
 			return errors.New("route " + r.cfg.Name + ": consumer deleted; restart the bridge to create it again")
 		}
 		if rh := h.routes[r]; rh != nil && rh.failures >= lookupFailuresNotReady {
@@ -287,7 +226,7 @@ func (b *Bridge) rebindAfterStreamLoss(ctx context.Context) bool {
 			all = false
 			continue
 		}
-		r.missing.Store(false)
+		r.bound.missing.Store(false)
 		r.log.Warn().Str("stream", b.cfg.Stream.Name).Msg("source stream exists again; the route's consumer was created again")
 	}
 	return all
@@ -308,10 +247,10 @@ func (b *Bridge) checkConsumer(ctx context.Context, r *route) {
 	switch {
 	case err == nil:
 		rh.failures, rh.lastErr = 0, ""
-		r.missing.Store(false)
+		r.bound.missing.Store(false)
 	case errors.Is(err, jetstream.ErrConsumerNotFound):
 		rh.failures, rh.lastErr = 0, ""
-		if !r.missing.Swap(true) {
+		if !r.bound.missing.Swap(true) {
 			r.log.Error().Msg("the route's consumer was deleted; restart the bridge to create it again (it will then deliver the stream from its start)")
 		}
 	case ctx.Err() == nil:

@@ -26,7 +26,7 @@ func oldClassification(error, uint64) advisoryVerdict {
 func withClassifier(c advisoryClassifier) func(*Bridge) {
 	return func(b *Bridge) {
 		if c != nil {
-			b.classifyAdvisory = c
+			b.parts.classifyAdvisory = c
 		}
 	}
 }
@@ -141,7 +141,7 @@ routes:
 		ctx := context.Background()
 		// An older deploy ran route "other"; JetStream gave up on one of its
 		// messages, then the route was removed and its consumer deleted.
-		pre, err := newBridge(testConfig(t, routes+other, sink.URL()), js, Options{}, faults{})
+		pre, err := newBridge(testConfig(t, routes+other, sink.URL()), js, Options{}, defaultParts())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -21,7 +21,7 @@ import (
 
 // startTweaked is startBridgeOn with tweak applied to the bridge between
 // newBridge and Run: tests swap a function value that production sets
-// once (Bridge.shrinkDeadLetter, Bridge.classifyAdvisory) for a broken
+// once (parts.shrinkDeadLetter, parts.classifyAdvisory) for a broken
 // variant there. A nil tweak runs the real bridge.
 func startTweaked(t testing.TB, srv *natstest.Server, cfg *config.Config, tweak func(*Bridge)) *harness {
 	t.Helper()
@@ -163,7 +163,7 @@ func TestRejectedDeadLetterThatWouldNotFit(t *testing.T) {
 				cfg := testConfig(t, rejectingRoute, sink.URL())
 				h := startTweaked(t, natstest.Start(t), cfg, func(b *Bridge) {
 					if shrink != nil {
-						b.shrinkDeadLetter = shrink
+						b.parts.shrinkDeadLetter = shrink
 					}
 				})
 				if tc.dlqMax > 0 {
@@ -260,7 +260,7 @@ func TestGivenUpNearLimitMessageDeadLetteredWithoutPayload(t *testing.T) {
 		cfg := testConfig(t, maxDeliverRoute, sink.URL(), 2)
 		srv := natstest.Start(t)
 		nc, js := natstest.Connect(t, srv.URL())
-		pre, err := newBridge(cfg, js, Options{}, faults{})
+		pre, err := newBridge(cfg, js, Options{}, defaultParts())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -278,7 +278,7 @@ func TestGivenUpNearLimitMessageDeadLetteredWithoutPayload(t *testing.T) {
 
 		h := startTweaked(t, srv, cfg, func(b *Bridge) {
 			if shrink != nil {
-				b.shrinkDeadLetter = shrink
+				b.parts.shrinkDeadLetter = shrink
 			}
 		})
 		// Wait until the safety net handled the advisory, either way.

@@ -58,7 +58,7 @@ func TestMaxDeliveriesAdvisoryWhileNoBridgeRuns(t *testing.T) {
 		cfg := testConfig(t, maxDeliverRoute, sink.URL(), 2)
 		srv := natstest.Start(t)
 		_, js := natstest.Connect(t, srv.URL())
-		pre, err := newBridge(cfg, js, Options{}, f)
+		pre, err := newBridge(cfg, js, Options{}, f.parts())
 		if err != nil {
 			t.Fatal(err)
 		}

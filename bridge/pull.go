@@ -1,0 +1,205 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/sotercare/jetbridge/config"
+)
+
+// fetchWait is how long one pull request stays open on the server. A
+// stopping route cancels its open pull at once (the server drops it, and
+// the messages it did not deliver stay pending).
+const fetchWait = 5 * time.Second
+
+// fetchHeartbeat is the idle heartbeat of a pull; two missed ones end it.
+const fetchHeartbeat = time.Second
+
+// route is one durable consumer feeding one destination: its pull loop
+// (this file), the per-message pipeline (deliver.go) and its settlement
+// (settle.go).
+type route struct {
+	b      *Bridge
+	cfg    *config.Route
+	dest   *destination
+	policy SettlePolicy
+	log    zerolog.Logger
+	bound  binding // the durable consumer (consumer.go)
+	load   load    // what the route has in flight
+}
+
+// load is what a route has in flight.
+type load struct {
+	slots    chan struct{} // one token per message in flight
+	held     atomic.Int32  // messages waiting for the breaker
+	inFlight atomic.Int64
+	gauge    prometheus.Gauge // bridge_in_flight of this route
+}
+
+func newRoute(b *Bridge, rc *config.Route, d *destination) *route {
+	r := &route{
+		b:      b,
+		cfg:    rc,
+		dest:   d,
+		policy: settlePolicy(rc),
+		log:    b.log.With().Str("route", rc.Name).Str("destination", d.name).Logger(),
+	}
+	r.load.slots = make(chan struct{}, rc.MaxInFlight)
+	r.load.gauge = b.m.inFlight.WithLabelValues(rc.Name)
+	return r
+}
+
+// startWorkers starts the route's fixed pool of max_in_flight workers on
+// workers, and returns the channel that feeds them; closing it stops them
+// once they have settled what they hold. A worker lives as long as the
+// route, so no goroutine is started (and no stack grown) per message.
+// Attempts run on work; a message held by an open breaker is released as
+// soon as stop ends.
+func (r *route) startWorkers(stop, work context.Context, workers *sync.WaitGroup) chan<- jetstream.Msg {
+	jobs := make(chan jetstream.Msg, cap(r.load.slots))
+	for range cap(r.load.slots) {
+		workers.Go(func() {
+			for m := range jobs {
+				r.handle(stop, work, m)
+				r.release(1)
+			}
+		})
+	}
+	return jobs
+}
+
+// pull fetches exactly as many messages as the route has free slots, and
+// none while the destination's breaker is open, so nothing is ever pulled
+// that cannot be processed at once (no prefetch to strand, no delivery
+// burned by an open breaker). Each message goes to the route's workers
+// (startWorkers) with the slot it holds. It returns when ctx ends, and
+// closes jobs.
+func (r *route) pull(ctx context.Context, jobs chan<- jetstream.Msg) {
+	defer close(jobs)
+	failures := 0
+	for ctx.Err() == nil {
+		if err := r.dest.waitUsable(ctx); err != nil {
+			return
+		}
+		n := r.acquire(ctx)
+		if n == 0 {
+			return
+		}
+		if st := r.dest.state(); st != BreakerClosed {
+			if st == BreakerOpen && r.dest.breaker.RemainingDelay() > 0 {
+				r.release(n) // it opened while we waited for a slot
+				continue
+			}
+			// Probing: one message at a time, and none while a held
+			// message can serve as the probe.
+			if r.load.held.Load() > 0 {
+				r.release(n)
+				sleep(ctx, halfOpenPoll)
+				continue
+			}
+			r.release(n - 1)
+			n = 1
+		}
+		if r.bound.rebind.Swap(false) {
+			r.lookupConsumer(ctx)
+		}
+		fctx, cancel := context.WithTimeout(ctx, fetchWait)
+		// The heartbeat ends a pull the server no longer knows (it restarted,
+		// or a new leader took over) within a second or two, instead of
+		// leaving the route idle until the pull expires.
+		batch, err := r.consumer().Fetch(n, jetstream.FetchContext(fctx), jetstream.FetchHeartbeat(fetchHeartbeat))
+		if err != nil {
+			cancel()
+			r.release(n)
+			failures++
+			r.pullFailed(ctx, failures, err)
+			continue
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			r.bound.received.Add(1)
+			if ctx.Err() != nil {
+				// The signal came while this pull was open: hand the message
+				// back untouched rather than start new work.
+				r.settleUntouched(m, ErrInterrupted)
+				r.release(1)
+				continue
+			}
+			jobs <- m // never blocks for long: a free worker exists for every slot
+		}
+		cancel()
+		r.release(n - got)
+		if err := batch.Error(); err != nil && ctx.Err() == nil &&
+			!errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
+			failures++
+			r.pullFailed(ctx, failures, err)
+			continue
+		}
+		failures = 0
+	}
+}
+
+// pullFailed logs a failed pull, makes the next pull check that the
+// consumer still exists when the error suggests it may not (a deleted one
+// answers "no responders"), and backs off.
+func (r *route) pullFailed(ctx context.Context, failures int, err error) {
+	// Only an error that can mean "no such consumer" is worth a lookup: after
+	// a leader change or a server shutdown the handle still works.
+	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
+		errors.Is(err, jetstream.ErrConsumerDeleted) {
+		r.bound.rebind.Store(true)
+	}
+	pause := retryPause(failures)
+	r.log.Warn().Int("failures", failures).Str("error", err.Error()).Str("retry_in", pause.String()).Msg("pull failed")
+	sleep(ctx, pause)
+}
+
+// acquire blocks for one free slot, then takes every other free slot.
+// It returns 0 when ctx ends first.
+func (r *route) acquire(ctx context.Context) int {
+	select {
+	case r.load.slots <- struct{}{}:
+	case <-ctx.Done():
+		return 0
+	}
+	n := 1
+	for n < cap(r.load.slots) {
+		select {
+		case r.load.slots <- struct{}{}:
+			n++
+		default:
+			return n
+		}
+	}
+	return n
+}
+
+func (r *route) release(n int) {
+	for range n {
+		<-r.load.slots
+	}
+}
+
+// retryPause backs off repeated failures: 100 ms doubling to 5 s.
+func retryPause(failures int) time.Duration {
+	return min(100*time.Millisecond<<min(failures-1, 6), 5*time.Second)
+}
+
+// sleep waits for d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

@@ -1,0 +1,25 @@
+// Package jetbridgetest runs the real thing inside a user's own go test: an
+// embedded JetStream server (NewServer), the real bridge (StartBridge) and
+// a recording, programmable HTTP destination (NewReceiver), all on
+// 127.0.0.1, with nothing to install and no Docker. A producer service is
+// tested by publishing through real JetStream and asserting what arrived;
+// a receiver service by being the bridge's destination.
+//
+// It is shaped like net/http/httptest:
+//
+//   - every constructor takes the test (testing.TB) first and stops what it
+//     started in t.Cleanup: servers, connections, bridges, receivers;
+//   - there is no global state: ports are random loopback ports and store
+//     directories come from t.TempDir, so any number of kits run in
+//     parallel tests (t.Parallel) without colliding;
+//   - waits (Receiver.WaitCount, Receiver.WaitEvent, Bridge.WaitSettled,
+//     Bridge.WaitEvent, Bridge.WaitQuiet, Bridge.WaitDeadLetters) block on
+//     the condition, not on the clock, and fail the test after Timeout
+//     listing what they saw so far. A method that can fail the test takes
+//     the test as its first argument, so it can be called from a subtest.
+//
+// A wait fails the test with t.Fatalf: call it from the goroutine running
+// the test. The package imports the standard library, nats.go and
+// jetbridge's public packages (bridge, config, producer); its stability is
+// stated in the README section "Testing your producer and receiver".
+package jetbridgetest
