@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -25,15 +26,18 @@ import (
 //     sotercare, go test), which are only checked as above. Such a block
 //     may not use a command that needs a server (publish, bridge dlq);
 //   - go build and go test name packages that exist;
-//   - every ```go block compiles as pasted, and the one of "Publishing
-//     events" is, line for line, producer/example_readme_test.go's tested
-//     program.
+//   - every ```go block that is a whole file compiles as pasted, and the
+//     one of "Publishing events" is, line for line,
+//     producer/example_readme_test.go's tested program; a block without a
+//     package clause is an excerpt whose every part is, as written, in the
+//     file or directory named in the paragraph before it.
 
 // readmeBlock is one fenced code block of the README.
 type readmeBlock struct {
-	lang string
-	line int // of the opening fence
-	text string
+	lang   string
+	line   int // of the opening fence
+	text   string
+	before string // the paragraph before the block
 }
 
 func readmeBlocks(t *testing.T) []readmeBlock {
@@ -53,10 +57,21 @@ func readmeBlocks(t *testing.T) []readmeBlock {
 func parseBlocks(data string) ([]readmeBlock, error) {
 	var out []readmeBlock
 	var cur *readmeBlock
+	var para, last []string // the paragraph being read, the last one ended
 	for i, l := range strings.Split(data, "\n") {
 		switch {
 		case cur == nil && strings.HasPrefix(l, "```"):
-			cur = &readmeBlock{lang: strings.TrimSpace(strings.TrimPrefix(l, "```")), line: i + 1}
+			if para == nil {
+				para = last
+			}
+			cur = &readmeBlock{lang: strings.TrimSpace(strings.TrimPrefix(l, "```")), line: i + 1, before: strings.Join(para, "\n")}
+			para, last = nil, nil
+		case cur == nil && strings.TrimSpace(l) == "":
+			if para != nil {
+				last, para = para, nil
+			}
+		case cur == nil:
+			para = append(para, l)
 		case cur != nil && strings.TrimSpace(l) == "```":
 			out = append(out, *cur)
 			cur = nil
@@ -411,6 +426,10 @@ func TestREADMEGoBlocks(t *testing.T) {
 			continue
 		}
 		n++
+		if !strings.HasPrefix(b.text, "package ") {
+			checkExcerpt(root, b, t.Errorf)
+			continue
+		}
 		if out, code := compileGo(t, root, b.text); code != 0 {
 			t.Errorf("README.md:%d: the Go block does not compile as pasted:\n%s", b.line, out)
 		}
@@ -421,9 +440,52 @@ func TestREADMEGoBlocks(t *testing.T) {
 	if n == 0 {
 		t.Error("no Go block in the README")
 	}
-	// Negative control: a snippet that is not a program is caught.
+	// Negative controls: an excerpt that is not in its source, one that
+	// names none, and a snippet that is not a program are caught.
+	var caught []string
+	collect := func(format string, args ...any) { caught = append(caught, fmt.Sprintf(format, args...)) }
+	checkExcerpt(root, readmeBlock{text: "func NotInTheModule() {}\n", before: "from [examples/producer-test](examples/producer-test)"}, collect)
+	checkExcerpt(root, readmeBlock{text: "func X() {}\n", before: "some code:"}, collect)
+	if len(caught) != 2 || !strings.Contains(caught[0], "not in examples/producer-test") || !strings.Contains(caught[1], "without the file") {
+		t.Errorf("the excerpt check missed a broken excerpt: %q", caught)
+	}
 	if _, code := compileGo(t, root, "res, err := producer.NewPublisher(js, \"events\")\n"); code == 0 {
 		t.Error("a fragment compiled: the check cannot catch a snippet that does not compile as pasted")
+	}
+}
+
+// excerptSource finds the file or directory a Go excerpt is said to come
+// from in the paragraph before it: a Markdown link target or a path.
+var excerptSource = regexp.MustCompile(`\]\(([\w./-]+)\)|([\w./-]+\.go)`)
+
+// checkExcerpt: a Go block that is not a whole file is an excerpt; the
+// paragraph before it names the file (or directory) it comes from, and
+// each of its declarations is in that file as written (that code is
+// compiled and run by its own tests).
+func checkExcerpt(root string, b readmeBlock, errorf func(string, ...any)) {
+	m := excerptSource.FindStringSubmatch(b.before)
+	if m == nil {
+		errorf("README.md:%d: a Go excerpt (no package clause) without the file it comes from in the paragraph before it; make it a whole program or name its source", b.line)
+		return
+	}
+	src := filepath.Join(root, m[1]+m[2])
+	var sources strings.Builder
+	err := filepath.WalkDir(src, func(path string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".go") {
+			data, rerr := os.ReadFile(path)
+			sources.Write(data)
+			return rerr
+		}
+		return err
+	})
+	if err != nil {
+		errorf("README.md:%d: the excerpt's source %s: %v", b.line, m[1]+m[2], err)
+		return
+	}
+	for part := range strings.SplitSeq(strings.TrimSpace(b.text), "\n\n") {
+		if !strings.HasPrefix(part, "import ") && !strings.Contains(sources.String(), part) {
+			errorf("README.md:%d: this part of the excerpt is not in %s:\n%s", b.line, m[1]+m[2], part)
+		}
 	}
 }
 

@@ -2,9 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -24,10 +21,8 @@ import (
 
 	"github.com/sotercare/jetbridge/config"
 	"github.com/sotercare/jetbridge/internal/cli"
+	"github.com/sotercare/jetbridge/webhook"
 )
-
-// signatureTolerance is how far webhook-timestamp may be from now.
-const signatureTolerance = 5 * time.Minute
 
 // receiveOptions are the flags of bridge receive.
 type receiveOptions struct {
@@ -170,11 +165,11 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sig := "unsigned"
 	if rc.keys != nil {
 		sig = "ok"
-		if err := verifySignature(r.Header, body, rc.keys, time.Now()); err != nil {
-			sig = "INVALID (" + err.Error() + ")"
+		if err := webhook.Verify(r.Header, body, rc.keys, time.Now(), webhook.Tolerance); err != nil {
+			sig = "INVALID (" + strings.TrimPrefix(err.Error(), "webhook: ") + ")"
 			status = http.StatusUnauthorized
 		}
-	} else if r.Header.Get("webhook-signature") != "" {
+	} else if r.Header.Get(webhook.HeaderSignature) != "" {
 		sig = "not checked (no --secret)"
 	}
 	abandoned := false
@@ -271,36 +266,4 @@ func (rc *receiver) summary() string {
 		s += " (" + strings.Join(parts, ", ") + ")"
 	}
 	return s + fmt.Sprintf(", %d abandoned by the client before the answer", rc.abandoned.Load())
-}
-
-// verifySignature checks a Standard Webhooks v1 signature: HMAC-SHA256 over
-// id.timestamp.body with any of the keys, a timestamp within tolerance.
-func verifySignature(h http.Header, body []byte, keys [][]byte, now time.Time) error {
-	id, ts, sigs := h.Get("webhook-id"), h.Get("webhook-timestamp"), h.Get("webhook-signature")
-	if id == "" || ts == "" || sigs == "" {
-		return errors.New("missing webhook headers")
-	}
-	sec, err := strconv.ParseInt(ts, 10, 64)
-	if err != nil {
-		return errors.New("bad timestamp")
-	}
-	if d := now.Sub(time.Unix(sec, 0)); d > signatureTolerance || d < -signatureTolerance {
-		return errors.New("timestamp outside tolerance")
-	}
-	for _, key := range keys {
-		mac := hmac.New(sha256.New, key)
-		mac.Write([]byte(id + "." + ts + "."))
-		mac.Write(body)
-		want := mac.Sum(nil)
-		for _, s := range strings.Fields(sigs) {
-			b64, ok := strings.CutPrefix(s, "v1,")
-			if !ok {
-				continue
-			}
-			if got, err := base64.StdEncoding.DecodeString(b64); err == nil && hmac.Equal(got, want) {
-				return nil
-			}
-		}
-	}
-	return errors.New("no signature matches")
 }
