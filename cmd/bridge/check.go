@@ -10,51 +10,76 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/sotercare/jetbridge/config"
+	"github.com/sotercare/jetbridge/internal/cli"
 )
 
-// loadConfig loads and validates the file, printing every problem, one per
-// line, on stderr. Its error carries exit code 2.
-func loadConfig(path string, stderr io.Writer) (*config.Config, error) {
-	if path == "" {
-		return nil, usageErr("--config is required (or set $BRIDGE_CONFIG)")
+func newCheckCmd() *cobra.Command {
+	var path string
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "check",
+		Short: "validate the configuration and print the routing table",
+		Long: `Validate a configuration file (every problem on its own line, naming the key
+and the line) and print the routing table: routes, subjects, destinations
+and their policies. Secrets are never printed. Exit 0 when valid, 2 when
+not; warnings (unverified TLS, an admin listener open to other hosts) do
+not change the exit code.`,
+		Example: `  bridge check --config config/quickstart.yaml
+  bridge check --config config/quickstart.yaml --json | jq .routes`,
+		Args: cli.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			return cmdCheck(path, asJSON, c.OutOrStdout(), c.ErrOrStderr())
+		},
 	}
-	cfg, err := config.LoadFile(path)
-	if err != nil {
-		var ve *config.ValidationError
-		if errors.As(err, &ve) {
-			for _, e := range ve.Unwrap() {
-				fmt.Fprintln(stderr, "bridge: "+e.Error())
-			}
-			return nil, &exitError{code: 2}
-		}
-		return nil, &exitError{code: 2, msg: err.Error()}
-	}
-	return cfg, nil
+	configFlag(c.Flags(), &path)
+	c.Flags().BoolVar(&asJSON, "json", false, `print one JSON object: {"ok","errors","warnings","nats","stream","routes","destinations"}`)
+	return c
 }
 
-func cmdCheck(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("check", stderr)
-	path := configFlag(fs)
-	pos, err := parseFlags(fs, args)
+func cmdCheck(path string, asJSON bool, stdout, stderr io.Writer) error {
+	var problems strings.Builder
+	errw := io.MultiWriter(stderr, &problems)
+	cfg, source, err := loadConfig(path, "", errw)
+	if err == nil {
+		if ferr := checkNATSFiles(cfg.NATS); ferr != nil {
+			err = configFileErr(ferr, errw)
+		}
+	}
 	if err != nil {
+		if asJSON {
+			var ee *exitError
+			if errors.As(err, &ee) && ee.Msg != "" {
+				problems.WriteString("bridge: " + ee.Msg + "\n")
+			}
+			var list []string
+			for _, l := range lines(problems.String()) {
+				list = append(list, strings.TrimPrefix(l, "bridge: "))
+			}
+			_ = cli.WriteJSON(stdout, checkReport{OK: false, Errors: list, Warnings: []configWarning{}})
+		}
 		return err
 	}
-	if len(pos) > 0 {
-		return usageErr("check takes no arguments, got %q", pos[0])
+	warnings := configWarnings(cfg)
+	for _, w := range warnings {
+		fmt.Fprintf(stderr, "bridge: warning: %s: %s\n", w.Key, w.Text)
 	}
-	cfg, err := loadConfig(*path, stderr)
-	if err != nil {
-		return err
+	if asJSON {
+		return cli.WriteJSON(stdout, newCheckReport(cfg, source, warnings))
 	}
-	if err := checkNATSFiles(cfg.NATS); err != nil {
-		return configFileErr(err, stderr)
-	}
-	for _, w := range configWarnings(cfg) {
-		fmt.Fprintf(stderr, "bridge: warning: %s: %s\n", w.key, w.text)
-	}
-	printRoutingTable(stdout, cfg)
+	printRoutingTable(stdout, cfg, source)
 	return nil
+}
+
+// lines splits text into its lines, without the last newline.
+func lines(s string) []string {
+	s = strings.TrimSuffix(s, "\n")
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, "\n")
 }
 
 // configFileErr prints each problem of checkNATSFiles on its own line and
@@ -65,14 +90,17 @@ func configFileErr(err error, stderr io.Writer) error {
 		for _, e := range joined.Unwrap() {
 			fmt.Fprintln(stderr, "bridge: "+e.Error())
 		}
-		return &exitError{code: 2}
+		return &exitError{Code: 2}
 	}
-	return &exitError{code: 2, msg: err.Error()}
+	return &exitError{Code: 2, Msg: err.Error()}
 }
 
 // configWarning is a valid setting with which operators can hurt
 // themselves.
-type configWarning struct{ key, text string }
+type configWarning struct {
+	Key  string `json:"key"`
+	Text string `json:"text"`
+}
 
 // configWarnings lists destinations whose TLS certificates are not
 // verified and an admin listener reachable from other hosts. bridge check
@@ -109,16 +137,114 @@ func loopbackListen(hostPort string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// checkReport is the output of check --json.
+type checkReport struct {
+	OK           bool               `json:"ok"`
+	Errors       []string           `json:"errors,omitempty"`
+	Warnings     []configWarning    `json:"warnings"`
+	NATS         string             `json:"nats,omitempty"`
+	Stream       *checkStream       `json:"stream,omitempty"`
+	DeadLetter   *checkDeadLetter   `json:"dead_letter,omitempty"`
+	Routes       []checkRoute       `json:"routes,omitempty"`
+	Destinations []checkDestination `json:"destinations,omitempty"`
+}
+
+type checkStream struct {
+	Name            string   `json:"name"`
+	Subjects        []string `json:"subjects"`
+	DuplicateWindow string   `json:"duplicate_window"`
+}
+
+type checkDeadLetter struct {
+	Stream        string `json:"stream"`
+	SubjectPrefix string `json:"subject_prefix"`
+	MaxAge        string `json:"max_age"`
+}
+
+type checkRoute struct {
+	Name              string   `json:"name"`
+	Subjects          []string `json:"subjects"`
+	Destination       string   `json:"destination"`
+	MaxDeliver        int      `json:"max_deliver"`
+	Backoff           []string `json:"backoff"`
+	AckWait           string   `json:"ack_wait"`
+	MaxInFlight       int      `json:"max_in_flight"`
+	RedeliverStatuses []int    `json:"redeliver_statuses"`
+	Idempotency       bool     `json:"idempotency"`
+}
+
+// checkDestination is one destination as the table shows it: the URL
+// redacted, each policy as one text.
+type checkDestination struct {
+	Name           string `json:"name"`
+	URL            string `json:"url"`
+	Format         string `json:"format"`
+	Timeout        string `json:"timeout"`
+	TransportRetry string `json:"transport_retry"`
+	StatusRetry    string `json:"status_retry"`
+	CircuitBreaker string `json:"circuit_breaker"`
+	Signed         string `json:"signed"`
+}
+
+// natsText is where the configuration's NATS is, without secrets; source
+// is where the URL came from when not nats.url.
+func natsText(cfg *config.Config, source string) string {
+	if !cfg.Embedded() {
+		if source != "" {
+			return cfg.NATS.URL.RedactedURL() + " (from " + source + ")"
+		}
+		return cfg.NATS.URL.RedactedURL()
+	}
+	return "embedded JetStream on " + cfg.NATS.Embedded.Listen + " (store " + cfg.NATS.Embedded.StoreDir + ")"
+}
+
+func newCheckReport(cfg *config.Config, source string, warnings []configWarning) checkReport {
+	r := checkReport{
+		OK: true, Warnings: append([]configWarning{}, warnings...), NATS: natsText(cfg, source),
+		Stream:     &checkStream{cfg.Stream.Name, cfg.Stream.Subjects, cfg.Stream.DuplicateWindow.String()},
+		DeadLetter: &checkDeadLetter{cfg.DeadLetter.Stream, cfg.DeadLetter.SubjectPrefix, cfg.DeadLetter.MaxAge.String()},
+	}
+	for _, rt := range cfg.Routes {
+		backoff := make([]string, len(rt.Backoff))
+		for i, b := range rt.Backoff {
+			backoff[i] = b.String()
+		}
+		r.Routes = append(r.Routes, checkRoute{rt.Name, rt.Subjects, rt.Destination, rt.MaxDeliver, backoff,
+			rt.AckWait.String(), rt.MaxInFlight, rt.RedeliverStatuses, rt.Idempotency})
+	}
+	for _, name := range cfg.DestinationNames() {
+		r.Destinations = append(r.Destinations, destinationRow(name, cfg.Destinations[name]))
+	}
+	return r
+}
+
+// destinationRow is one destination of the routing table.
+func destinationRow(name string, d *config.Destination) checkDestination {
+	tr := "off"
+	if d.TransportRetry.Count > 0 {
+		tr = retryText(d.TransportRetry)
+	}
+	sr := "off"
+	if d.StatusRetry != nil && d.StatusRetry.Count > 0 {
+		sr = ints(d.StatusRetry.Codes) + " " + retryText(d.StatusRetry.Backoff) + " within " + d.StatusRetry.MaxElapsed.String()
+	}
+	cb := "off"
+	if c := d.CircuitBreaker; c.Enabled {
+		cb = fmt.Sprintf("%.0f%% of >=%d in %s on transport,%s; open %s", c.FailureRate*100, c.MinRequests, c.Window, ints(c.Statuses), c.Delay)
+	}
+	signed := "no"
+	if d.Signing != nil && len(d.Signing.Secrets) > 0 {
+		signed = fmt.Sprintf("yes (%d key)", len(d.Signing.Secrets))
+	}
+	return checkDestination{name, d.URL.RedactedURL(), string(d.Format), d.Timeout.String(), tr, sr, cb, signed}
+}
+
 // printRoutingTable writes the routes and the policies of their
 // destinations. Secrets (URL user info, query values, header values) are
 // never printed.
-func printRoutingTable(w io.Writer, cfg *config.Config) {
-	nats := "embedded JetStream on " + cfg.NATS.Embedded.Listen + " (store " + cfg.NATS.Embedded.StoreDir + ")"
-	if !cfg.Embedded() {
-		nats = cfg.NATS.URL.RedactedURL()
-	}
+func printRoutingTable(w io.Writer, cfg *config.Config, source string) {
 	fmt.Fprintf(w, "configuration OK\n\nnats:        %s\nstream:      %s %s (dup window %s)\ndead letter: %s (%s.<route>.<subject>, max age %s)\n",
-		nats, cfg.Stream.Name, strings.Join(cfg.Stream.Subjects, ","), cfg.Stream.DuplicateWindow,
+		natsText(cfg, source), cfg.Stream.Name, strings.Join(cfg.Stream.Subjects, ","), cfg.Stream.DuplicateWindow,
 		cfg.DeadLetter.Stream, cfg.DeadLetter.SubjectPrefix, cfg.DeadLetter.MaxAge)
 	if cfg.Idempotency.Bucket != "" {
 		fmt.Fprintf(w, "idempotency: bucket %s, ttl %s\n", cfg.Idempotency.Bucket, cfg.Idempotency.TTL)
@@ -141,24 +267,8 @@ func printRoutingTable(w io.Writer, cfg *config.Config) {
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  DESTINATION\tURL\tFORMAT\tTIMEOUT\tTRANSPORT RETRY\tSTATUS RETRY\tCIRCUIT BREAKER\tSIGNED")
 	for _, name := range cfg.DestinationNames() {
-		d := cfg.Destinations[name]
-		tr := "off"
-		if d.TransportRetry.Count > 0 {
-			tr = retryText(d.TransportRetry)
-		}
-		sr := "off"
-		if d.StatusRetry != nil && d.StatusRetry.Count > 0 {
-			sr = ints(d.StatusRetry.Codes) + " " + retryText(d.StatusRetry.Backoff) + " within " + d.StatusRetry.MaxElapsed.String()
-		}
-		cb := "off"
-		if c := d.CircuitBreaker; c.Enabled {
-			cb = fmt.Sprintf("%.0f%% of >=%d in %s on transport,%s; open %s", c.FailureRate*100, c.MinRequests, c.Window, ints(c.Statuses), c.Delay)
-		}
-		signed := "no"
-		if d.Signing != nil && len(d.Signing.Secrets) > 0 {
-			signed = fmt.Sprintf("yes (%d key)", len(d.Signing.Secrets))
-		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, d.URL.RedactedURL(), d.Format, d.Timeout, tr, sr, cb, signed)
+		d := destinationRow(name, cfg.Destinations[name])
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Name, d.URL, d.Format, d.Timeout, d.TransportRetry, d.StatusRetry, d.CircuitBreaker, d.Signed)
 	}
 	tw.Flush()
 }

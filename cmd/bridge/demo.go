@@ -12,22 +12,22 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
 
 	"github.com/sotercare/jetbridge/bridge"
 	"github.com/sotercare/jetbridge/config"
+	"github.com/sotercare/jetbridge/internal/cli"
+	"github.com/sotercare/jetbridge/internal/cli/logs"
 	"github.com/sotercare/jetbridge/internal/sotercare"
 	"github.com/sotercare/jetbridge/producer"
 )
@@ -100,34 +100,55 @@ routes:
     backoff: [200ms, 400ms]
 `
 
-func cmdDemo(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("demo", stderr)
-	duration := fs.Duration("duration", demoDefaultDuration, "how long the producers publish; the bridge then gets up to "+demoDrainTimeout.String()+" to settle the rest")
-	seed := fs.Uint64("seed", 0, "seed of the readings and of the receiver's failures (0: a random one, printed)")
-	dir := fs.String("dir", "", "keep the JetStream store and demo.yaml in DIR, to look at the dead letters afterwards (default: a temporary directory, removed at the end)")
-	verbose := fs.Bool("verbose", false, "also print the bridge's logs on stderr")
-	pos, err := parseFlags(fs, args)
-	if err != nil {
-		return err
+// demoOptions are the flags of bridge demo.
+type demoOptions struct {
+	duration time.Duration
+	seed     uint64
+	dir      string
+	verbose  bool
+}
+
+func newDemoCmd() *cobra.Command {
+	var o demoOptions
+	c := &cobra.Command{
+		Use:   "demo",
+		Short: "a self-contained tour in under 30 s: JetStream, a flaky receiver, the bridge",
+		Long: `A self-contained tour: an embedded JetStream in a temporary directory, a local
+receiver that fails some requests and has an outage, the bridge, and
+SoterCare devices publishing readings. It prints live progress, then a table
+counted from real outcomes (published, duplicates refused, delivered,
+redelivered, dead-lettered, breaker transitions) and the dead letters. It
+needs no configuration and no free port.`,
+		Example: `  bridge demo
+  bridge demo --seed 7 --duration 20s
+  bridge demo --dir /tmp/jetbridge-demo    # keep the store, to try bridge dlq on it`,
+		Args: cli.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error { return cmdDemo(o, c.OutOrStdout(), c.ErrOrStderr()) },
 	}
-	switch {
-	case len(pos) > 0:
-		return usageErr("demo takes no arguments, got %q", pos[0])
-	case *duration < time.Second || *duration > 10*time.Minute:
-		return usageErr("--duration %s: want 1s to 10m", *duration)
+	f := c.Flags()
+	f.DurationVar(&o.duration, "duration", demoDefaultDuration, "how long the producers publish; the bridge then gets up to "+demoDrainTimeout.String()+" to settle the rest")
+	f.Uint64Var(&o.seed, "seed", 0, "seed of the readings and of the receiver's failures (0: a random one, printed)")
+	f.StringVar(&o.dir, "dir", "", "keep the JetStream store and demo.yaml in DIR, to look at the dead letters afterwards (default: a temporary directory, removed at the end)")
+	f.BoolVarP(&o.verbose, "verbose", "v", false, "also print the bridge's logs on stderr")
+	return c
+}
+
+func cmdDemo(o demoOptions, stdout, stderr io.Writer) error {
+	if o.duration < time.Second || o.duration > 10*time.Minute {
+		return usageErr("--duration %s: want 1s to 10m", o.duration)
 	}
+	duration, seed, dir, verbose := &o.duration, &o.seed, &o.dir, &o.verbose
 	if *seed == 0 {
 		*seed = rand.Uint64N(1_000_000) + 1
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := signalContext()
 	defer stop()
 	d := &demo{
 		out: stdout, duration: *duration, seed: *seed, keep: *dir != "",
 		log: zerolog.Nop(), tally: newDemoTally(),
 	}
 	if *verbose {
-		d.log = zerolog.New(zerolog.ConsoleWriter{Out: stderr, TimeFormat: "15:04:05.000", NoColor: true}).
-			With().Timestamp().Logger()
+		d.log, _ = logs.New("console", "debug", "", stderr)
 	}
 	if *dir != "" {
 		if err := os.MkdirAll(*dir, 0o755); err != nil {
@@ -250,8 +271,11 @@ func (d *demo) run(ctx context.Context) error {
 	if err := stopBridge(); err != nil {
 		return fmt.Errorf("bridge: %w", err)
 	}
-	d.dlqStream = cfg.DeadLetter.Stream
-	dead, dlqErr := demoDeadLetters(conn.js, d.dlqStream)
+	q := bridge.OpenDLQ(conn.js, cfg)
+	d.dlqStream = q.Stream()
+	lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	dead, dlqErr := q.List(lctx, bridge.DLQFilter{}, false)
 	return d.report(drained, dead, dlqErr, cfgPath)
 }
 
@@ -411,7 +435,7 @@ func (d *demo) printLine() {
 }
 
 // report prints the final table, the dead letters and how to look at them.
-func (d *demo) report(drained bool, dead []*jetstream.RawStreamMsg, dlqErr error, cfgPath string) error {
+func (d *demo) report(drained bool, dead []bridge.DLQMessage, dlqErr error, cfgPath string) error {
 	s := d.tally.snapshot()
 	rc := d.recv.counts()
 	reasons := make([]string, 0, len(s.deadReasons))
@@ -462,13 +486,11 @@ func (d *demo) report(drained bool, dead []*jetstream.RawStreamMsg, dlqErr error
 		tw := tabwriter.NewWriter(d.out, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "  SEQ\tROUTE\tREASON\tSTATUS\tEVENT ID\tSUBJECT")
 		for _, m := range dead[:min(len(dead), 5)] {
-			h := m.Header
-			status := h.Get(bridge.HeaderStatus)
-			if status == "" {
-				status = "-"
+			status := "-"
+			if m.Status != 0 {
+				status = strconv.Itoa(m.Status)
 			}
-			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", m.Sequence, h.Get(bridge.HeaderRoute), h.Get(bridge.HeaderReason),
-				status, h.Get(producer.HeaderEventID), h.Get(bridge.HeaderOriginalSubject))
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", m.Seq, cell(m.Route), cell(m.Reason), status, cell(m.EventID), cell(m.Subject))
 		}
 		_ = tw.Flush()
 	}
@@ -486,35 +508,9 @@ func (d *demo) report(drained bool, dead []*jetstream.RawStreamMsg, dlqErr error
 		fmt.Fprintln(d.out, "  go run ./cmd/bridge dlq list --config /tmp/jetbridge-demo/demo.yaml   # another terminal")
 	}
 	if !drained || sum != s.published {
-		return &exitError{code: 1, msg: "demo: the bridge did not settle every event in time"}
+		return &exitError{Code: 1, Msg: "demo: the bridge did not settle every event in time"}
 	}
 	return nil
-}
-
-// demoDeadLetters reads the dead-letter stream.
-func demoDeadLetters(js jetstream.JetStream, name string) ([]*jetstream.RawStreamMsg, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	s, err := js.Stream(ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var out []*jetstream.RawStreamMsg
-	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
-		m, err := s.GetMsg(ctx, seq)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
-		}
-		if err != nil {
-			return out, err
-		}
-		out = append(out, m)
-	}
-	return out, nil
 }
 
 // demoReceiver is the flaky local receiver: /notifier/alerts for the
@@ -597,7 +593,6 @@ type demoTally struct {
 	probesFailed int // half-open -> open
 	closed       int
 	states       map[string]bridge.BreakerState // per destination; absent: closed
-	pending      []demoTransition               // arrived before their predecessor
 	notes        []demoNote
 	deadNoted    int
 }
@@ -669,40 +664,21 @@ func (t *demoTally) settle(s bridge.Settled) {
 	}
 }
 
-// breaker records a transition. The callbacks may arrive out of order
-// (failsafe-go calls its listeners outside its lock), so a transition that
-// does not start from the state last recorded waits until the one before
-// it arrives: the notes and the counts follow the breaker's real chain.
+// breaker records a transition; Options.OnBreaker delivers them in the
+// breaker's order (closed -> open -> half-open -> ...).
 func (t *demoTally) breaker(dest string, from, to bridge.BreakerState) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.pending = append(t.pending, demoTransition{dest, from, to})
-	for applied := true; applied; {
-		applied = false
-		for i, tr := range t.pending {
-			if tr.from != t.states[tr.dest] {
-				continue
-			}
-			t.pending = slices.Delete(t.pending, i, i+1)
-			t.states[tr.dest] = tr.to
-			switch {
-			case tr.to == bridge.BreakerOpen && tr.from == bridge.BreakerClosed:
-				t.opened++
-			case tr.to == bridge.BreakerOpen:
-				t.probesFailed++
-			case tr.to == bridge.BreakerClosed:
-				t.closed++
-			}
-			t.addNote(fmt.Sprintf("breaker %s: %s -> %s", tr.dest, tr.from, tr.to))
-			applied = true
-			break
-		}
+	t.states[dest] = to
+	switch {
+	case to == bridge.BreakerOpen && from == bridge.BreakerClosed:
+		t.opened++
+	case to == bridge.BreakerOpen:
+		t.probesFailed++
+	case to == bridge.BreakerClosed:
+		t.closed++
 	}
-}
-
-type demoTransition struct {
-	dest     string
-	from, to bridge.BreakerState
+	t.addNote(fmt.Sprintf("breaker %s: %s -> %s", dest, from, to))
 }
 
 // note records a line for the progress printer.

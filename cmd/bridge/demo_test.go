@@ -12,7 +12,6 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/sotercare/jetbridge/bridge"
 	"github.com/sotercare/jetbridge/config"
 )
 
@@ -141,28 +140,5 @@ func TestDemoUsage(t *testing.T) {
 	// The default run, at its slowest, stays under 30 s.
 	if worst := demoDefaultDuration + demoDrainTimeout; worst >= 28*time.Second {
 		t.Errorf("default duration %s + drain %s = %s: leaves no room under 30 s", demoDefaultDuration, demoDrainTimeout, worst)
-	}
-}
-
-// Breaker callbacks may arrive out of order; the tally follows the chain.
-func TestDemoTallyBreakerOrder(t *testing.T) {
-	tl := newDemoTally()
-	tl.breaker("caregiver", bridge.BreakerClosed, bridge.BreakerOpen)
-	tl.breaker("caregiver", bridge.BreakerHalfOpen, bridge.BreakerClosed) // before its predecessor
-	if s := tl.snapshot(); s.breakerState != bridge.BreakerOpen || s.closed != 0 {
-		t.Fatalf("applied a transition out of order: %+v", s)
-	}
-	tl.breaker("caregiver", bridge.BreakerOpen, bridge.BreakerHalfOpen)
-	s := tl.snapshot()
-	if s.breakerState != bridge.BreakerClosed || s.opened != 1 || s.closed != 1 || s.probesFailed != 0 {
-		t.Fatalf("snapshot %+v, want closed after 1 open and 1 close", s)
-	}
-	var got []string
-	for _, n := range tl.takeNotes() {
-		got = append(got, n.text)
-	}
-	want := []string{"breaker caregiver: closed -> open", "breaker caregiver: open -> half-open", "breaker caregiver: half-open -> closed"}
-	if strings.Join(got, "|") != strings.Join(want, "|") {
-		t.Fatalf("notes %q, want %q", got, want)
 	}
 }

@@ -5,16 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
-	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"text/tabwriter"
 	"time"
 	"unicode"
@@ -22,45 +20,92 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
 	"golang.org/x/time/rate"
 
 	"github.com/sotercare/jetbridge/bridge"
 	"github.com/sotercare/jetbridge/config"
+	"github.com/sotercare/jetbridge/internal/cli"
+	"github.com/sotercare/jetbridge/internal/cli/logs"
 	"github.com/sotercare/jetbridge/subjects"
 )
 
-const dlqUsage = `usage: bridge dlq COMMAND [flags]
+const dlqLong = `List, inspect, replay and purge the dead letters on the dead-letter stream
+(dead_letter.stream, default EVENTS_DLQ).
 
-commands:
-  list    [--route R] [--reason X] [--limit N] [--json]
-          one line per dead letter: seq, route, reason, failure, status,
-          event id, original subject, failed-at; --json: one object per line
-          with keys seq, route, reason, failure, status (0 when no HTTP
-          response was obtained), event_id, subject, deliveries, failed_at
-  show    SEQ [--payload]
-          every header of one dead letter; the payload only with --payload
-  replay  (--all | SEQ...) [--route R] [--reason X] [--dry-run] [--rate N] [--keep]
-          republish to the original subject, then delete unless --keep;
-          "replayed N" counts every republished dead letter, duplicates
-          (already replayed within the duplicate window) included. A dead
-          letter from another stream, for a subject outside the stream's or
-          its route's subjects, for a system, inbox or dead-letter subject,
-          or stored without its payload is refused: reported with the
-          reason, kept, counted as failed (exit 1); --dry-run shows the same
-  purge   (--all | SEQ...) [--route R]
-          delete dead letters, without asking
+The commands connect to NATS in this order: --server, nats.url, $NATS_URL,
+else the running bridge's embedded server on nats.embedded.listen; they
+never start a server. Reading consumes nothing. Text from dead letters
+(subjects, header names and values, payloads) is printed with control and
+invisible characters escaped (\x1b, \r, \u202e, ...); a subject, event id
+or header value is cut at 1 KiB. SIGINT/SIGTERM stops replay and purge
+after the current dead letter (exit 1).`
 
-Text from dead letters (subjects, header names and values, payloads) is
-printed with control and invisible characters escaped (\x1b, \r, \u202e,
-...); a subject, event id or header value is cut at 1 KiB.
+const dlqExample = `  bridge dlq list --config config/quickstart.yaml
+  bridge dlq show --config config/quickstart.yaml 2 --payload
+  bridge dlq replay --config config/quickstart.yaml --all --dry-run
+  bridge dlq purge --config config/quickstart.yaml --all --route all-events`
 
-Every command takes --config FILE (default $BRIDGE_CONFIG). They connect to
-nats.url or, when it is empty, to the running bridge's embedded server on
-nats.embedded.listen; they never start a server. SIGINT/SIGTERM stops replay
-and purge after the current dead letter (exit 1).
-`
+func newDLQCmd() *cobra.Command {
+	c := &cobra.Command{Use: "dlq", Short: "list, show, replay or purge dead letters", Long: dlqLong, Example: dlqExample}
+	cli.Group(c)
+	c.AddCommand(newDLQListCmd(), newDLQShowCmd(), newDLQReplayCmd(), newDLQPurgeCmd())
+	return c
+}
+
+// dlqOptions are the flags every dlq command shares.
+type dlqOptions struct {
+	config, server string
+	route, reason  string
+}
+
+// The filter flags a dlq command takes.
+type dlqFilters int
+
+const (
+	noFilter       dlqFilters = iota
+	routeFilter               // --route
+	routeAndReason            // --route and --reason
+)
+
+// dlqCommand is the one setup of the dlq commands: --config, --server and
+// the filter flags registered; on run, the filter
+// checked, then check (the command's own argument checks, bad usage
+// before any connection), then the configuration loaded and the
+// connection opened; work gets the session and a context that SIGINT and
+// SIGTERM cancel, and the session is closed after it.
+func dlqCommand(c *cobra.Command, o *dlqOptions, filters dlqFilters, check func(args []string) error,
+	work func(ctx context.Context, s *dlqSession, stdout, stderr io.Writer) error) *cobra.Command {
+	f := c.Flags()
+	configFlag(f, &o.config)
+	serverFlag(f, &o.server)
+	if filters >= routeFilter {
+		f.StringVar(&o.route, "route", "", "only dead letters of this route")
+	}
+	if filters >= routeAndReason {
+		f.StringVar(&o.reason, "reason", "", "only dead letters with this reason: "+strings.Join(dlqReasons, ", "))
+	}
+	name := "dlq " + strings.Fields(c.Use)[0]
+	c.RunE = func(c *cobra.Command, args []string) error {
+		if err := checkFilter(name, o.route, o.reason); err != nil {
+			return err
+		}
+		if err := check(args); err != nil {
+			return err
+		}
+		stdout, stderr := c.OutOrStdout(), c.ErrOrStderr()
+		s, err := openDLQ(o.config, o.server, stderr)
+		if err != nil {
+			return err
+		}
+		defer s.close()
+		ctx, stop := signalContext()
+		defer stop()
+		return work(ctx, s, stdout, stderr)
+	}
+	return c
+}
 
 // Reasons --reason accepts: a typo would otherwise match nothing silently.
 var dlqReasons = []string{bridge.ReasonRejected, bridge.ReasonMaxDeliveries, bridge.ReasonInvalidEvent}
@@ -73,27 +118,6 @@ const dlqOpTimeout = 30 * time.Second
 // progress bar (when stderr is a terminal).
 const progressMin = 10
 
-func cmdDLQ(args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		return usageErr("dlq needs a command: list, show, replay or purge (see \"bridge dlq help\")")
-	}
-	cmd, args := args[0], args[1:]
-	switch cmd {
-	case "list":
-		return dlqList(args, stdout, stderr)
-	case "show":
-		return dlqShow(args, stdout, stderr)
-	case "replay":
-		return dlqReplay(args, stdout, stderr)
-	case "purge":
-		return dlqPurge(args, stdout, stderr)
-	case "help", "-h", "-help", "--help":
-		fmt.Fprint(stdout, dlqUsage)
-		return nil
-	}
-	return usageErr("dlq: unknown command %q (want list, show, replay or purge)", cmd)
-}
-
 // dlqSession is one dlq command's connection to the dead-letter stream.
 type dlqSession struct {
 	cfg     *config.Config
@@ -104,8 +128,8 @@ type dlqSession struct {
 
 // openDLQ loads the configuration and connects, without ever starting an
 // embedded server: the dlq commands work on the running bridge's JetStream.
-func openDLQ(path string, stderr io.Writer) (*dlqSession, error) {
-	cfg, err := loadConfig(path, stderr)
+func openDLQ(path, server string, stderr io.Writer) (*dlqSession, error) {
+	cfg, _, err := loadConfig(path, server, stderr)
 	if err != nil {
 		return nil, err
 	}
@@ -122,25 +146,19 @@ func (s *dlqSession) close() {
 	s.nc.Close()
 }
 
-// dlqURL is the server the dlq commands connect to: nats.url, else the
-// embedded server that a running bridge serves on nats.embedded.listen
-// (an unspecified listen host is reached on loopback). shown is the URL
-// for messages, without credentials.
+// dlqURL is the server the dlq commands connect to: the URL loadConfig
+// resolved (--server, nats.url, $NATS_URL), else the embedded server that
+// a running bridge serves on nats.embedded.listen (an unspecified listen
+// host is reached on loopback). shown is the URL for messages, without
+// credentials.
 func dlqURL(cfg *config.Config) (url, shown string, err error) {
 	if !cfg.Embedded() {
 		return cfg.NATS.URL.Value(), cfg.NATS.URL.RedactedURL(), nil
 	}
-	host, port, err := net.SplitHostPort(cfg.NATS.Embedded.Listen)
-	if err != nil {
-		return "", "", &exitError{code: 2, msg: fmt.Sprintf("nats.embedded.listen: must be host:port, got %q", cfg.NATS.Embedded.Listen)}
+	if _, _, err := net.SplitHostPort(cfg.NATS.Embedded.Listen); err != nil {
+		return "", "", &exitError{Code: 2, Msg: fmt.Sprintf("nats.embedded.listen: must be host:port, got %q", cfg.NATS.Embedded.Listen)}
 	}
-	switch host {
-	case "", "0.0.0.0":
-		host = "127.0.0.1"
-	case "::":
-		host = "::1"
-	}
-	url = "nats://" + net.JoinHostPort(host, port)
+	url = "nats://" + joinAddr(cfg.NATS.Embedded.Listen)
 	return url, url, nil
 }
 
@@ -150,21 +168,24 @@ func dialNATS(cfg *config.Config, closing *atomic.Bool, stderr io.Writer) (*nats
 	if err != nil {
 		return nil, nil, err
 	}
-	log := zerolog.New(zerolog.ConsoleWriter{Out: stderr, NoColor: true, TimeFormat: time.RFC3339}).
-		Level(zerolog.WarnLevel).With().Timestamp().Logger()
+	log, _ := logs.New("console", "warn", "", stderr)
 	opts, err := natsOptions(cfg.NATS, log, closing)
 	if err != nil {
-		return nil, nil, &exitError{code: 2, msg: err.Error()}
+		return nil, nil, &exitError{Code: 2, Msg: err.Error()}
 	}
 	// A command fails at once when nothing answers, unlike the daemon,
 	// which waits for its broker.
 	opts = append(opts, nats.RetryOnFailedConnect(false))
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		if cfg.Embedded() {
-			return nil, nil, fmt.Errorf("connect to the bridge's embedded JetStream at %s (nats.embedded.listen; is the bridge running?): %w", shown, err)
+		cause := scrub(cli.ConnectCause(err, url), natsSecrets(cfg.NATS))
+		if class := classifyConnErr(err); class != connUnreachable {
+			return nil, nil, fmt.Errorf("%s at %s: %s; %s", class, shown, cause, class.hint())
 		}
-		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", shown, err)
+		if cfg.Embedded() {
+			return nil, nil, fmt.Errorf("cannot reach the bridge's embedded JetStream at %s (nats.embedded.listen): %s; is the bridge running? Start it with bridge run --config FILE, or point --server at your NATS", shown, cause)
+		}
+		return nil, nil, fmt.Errorf("cannot reach NATS at %s: %s; %s", shown, cause, connUnreachable.hint())
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -182,28 +203,9 @@ func dlqErr(s *dlqSession, err error) error {
 		return fmt.Errorf("dead-letter stream %s does not exist (has the bridge run with this configuration?)", s.cfg.DeadLetter.Stream)
 	}
 	if errors.Is(err, context.Canceled) {
-		return &exitError{code: 1, msg: "interrupted"}
+		return &exitError{Code: 1, Msg: "interrupted"}
 	}
 	return errors.New(errText(err))
-}
-
-// errText drops the "bridge: " that library errors start with: the
-// command prints its own.
-func errText(err error) string { return strings.TrimPrefix(err.Error(), "bridge: ") }
-
-// signalContext is cancelled by SIGINT or SIGTERM.
-func signalContext() (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-}
-
-// filterFlags registers --route and, when withReason, --reason.
-func filterFlags(fs *flag.FlagSet, withReason bool) (route, reason *string) {
-	route = fs.String("route", "", "only dead letters of this route")
-	reason = new(string)
-	if withReason {
-		reason = fs.String("reason", "", "only dead letters with this reason: "+strings.Join(dlqReasons, ", "))
-	}
-	return route, reason
 }
 
 func checkFilter(name, route, reason string) error {
@@ -249,65 +251,63 @@ func failedAt(d bridge.DLQMessage) string {
 	return d.FailedAt.Format(time.RFC3339)
 }
 
-func dlqList(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("dlq list", stderr)
-	path := configFlag(fs)
-	route, reason := filterFlags(fs, true)
-	limit := fs.Int("limit", 0, "at most N dead letters (0: all)")
-	asJSON := fs.Bool("json", false, "one JSON object per line")
-	pos, err := parseFlags(fs, args)
-	if err != nil {
-		return err
+func newDLQListCmd() *cobra.Command {
+	var o dlqOptions
+	var limit int
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "list",
+		Short: "one line per dead letter",
+		Long: `List dead letters, oldest first: seq, route, reason, failure, status, event id,
+original subject, failed-at. A filter that matches nothing prints nothing
+and exits 0. With --json, one object per line with the keys seq, route,
+reason, failure, status (0 when no HTTP response was obtained), event_id,
+subject, deliveries, failed_at.`,
+		Example: `  bridge dlq list --config config/quickstart.yaml
+  bridge dlq list --config config/quickstart.yaml --reason rejected --limit 10 --json`,
 	}
-	if len(pos) > 0 {
-		return usageErr("dlq list takes no arguments, got %q", pos[0])
-	}
-	if *limit < 0 {
-		return usageErr("dlq list: --limit must be >= 0, got %d", *limit)
-	}
-	if err := checkFilter("dlq list", *route, *reason); err != nil {
-		return err
-	}
-	s, err := openDLQ(*path, stderr)
-	if err != nil {
-		return err
-	}
-	defer s.close()
-	ctx, stop := signalContext()
-	defer stop()
-
-	ds, err := s.q.List(ctx, bridge.DLQFilter{Route: *route, Reason: *reason, Limit: *limit}, false)
-	if err != nil {
-		return dlqErr(s, err)
-	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetEscapeHTML(false)
-		for _, d := range ds {
-			if err := enc.Encode(dlqLine{
-				Seq: d.Seq, Route: d.Route, Reason: d.Reason, Failure: d.Failure, Status: d.Status,
-				EventID: d.EventID, Subject: d.Subject, Deliveries: d.Deliveries, FailedAt: failedAt(d),
-			}); err != nil {
-				return err
+	c.Flags().IntVar(&limit, "limit", 0, "at most N dead letters (0: all)")
+	c.Flags().BoolVar(&asJSON, "json", false, "one JSON object per line")
+	return dlqCommand(c, &o, routeAndReason, func(args []string) error {
+		if err := cli.NoArgs(c, args); err != nil {
+			return usageErr("dlq list takes no arguments, got %q", args[0])
+		}
+		if limit < 0 {
+			return usageErr("dlq list: --limit must be >= 0, got %d", limit)
+		}
+		return nil
+	}, func(ctx context.Context, s *dlqSession, stdout, stderr io.Writer) error {
+		ds, err := s.q.List(ctx, bridge.DLQFilter{Route: o.route, Reason: o.reason, Limit: limit}, false)
+		if err != nil {
+			return dlqErr(s, err)
+		}
+		if asJSON {
+			for _, d := range ds {
+				if err := cli.WriteJSON(stdout, dlqLine{
+					Seq: d.Seq, Route: d.Route, Reason: d.Reason, Failure: d.Failure, Status: d.Status,
+					EventID: d.EventID, Subject: d.Subject, Deliveries: d.Deliveries, FailedAt: failedAt(d),
+				}); err != nil {
+					return err
+				}
 			}
+			return nil
 		}
-		return nil
-	}
-	if len(ds) == 0 {
-		fmt.Fprintln(stderr, "no dead letters")
-		return nil
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SEQ\tROUTE\tREASON\tFAILURE\tSTATUS\tEVENT ID\tSUBJECT\tFAILED AT")
-	for _, d := range ds {
-		status := "-"
-		if d.Status != 0 {
-			status = strconv.Itoa(d.Status)
+		if len(ds) == 0 {
+			fmt.Fprintln(stderr, "no dead letters")
+			return nil
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Seq, cell(d.Route), cell(d.Reason), cell(d.Failure),
-			status, cell(d.EventID), cell(d.Subject), cell(failedAt(d)))
-	}
-	return tw.Flush()
+		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "SEQ\tROUTE\tREASON\tFAILURE\tSTATUS\tEVENT ID\tSUBJECT\tFAILED AT")
+		for _, d := range ds {
+			status := "-"
+			if d.Status != 0 {
+				status = strconv.Itoa(d.Status)
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Seq, cell(d.Route), cell(d.Reason), cell(d.Failure),
+				status, cell(d.EventID), cell(d.Subject), cell(failedAt(d)))
+		}
+		return tw.Flush()
+	})
 }
 
 // cell is a table cell: "-" when empty, else the value as shown.
@@ -404,47 +404,75 @@ func failLine(err error) string {
 	return "bridge: " + shown(errText(err))
 }
 
-func dlqShow(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("dlq show", stderr)
-	path := configFlag(fs)
-	payload := fs.Bool("payload", false, "also print the payload (indented when it is JSON)")
-	pos, err := parseFlags(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return usageErr("dlq show takes exactly one SEQ, got %d arguments", len(pos))
-	}
-	seqs, err := parseSeqs("dlq show", pos)
-	if err != nil {
-		return err
-	}
-	s, err := openDLQ(*path, stderr)
-	if err != nil {
-		return err
-	}
-	defer s.close()
-	ctx, stop := signalContext()
-	defer stop()
+// dlqShowJSON is the output of dlq show --json: the exact values (not
+// escaped), the payload only with --payload.
+type dlqShowJSON struct {
+	Seq        uint64              `json:"seq"`
+	Stream     string              `json:"stream"`
+	Subject    string              `json:"subject"` // on the dead-letter stream
+	Stored     string              `json:"stored"`
+	Headers    map[string][]string `json:"headers"`
+	PayloadLen int                 `json:"payload_bytes"`
+	Payload    *string             `json:"payload,omitempty"`
+}
 
-	d, err := s.q.Get(ctx, seqs[0])
-	if err != nil {
-		return dlqErr(s, err)
+func newDLQShowCmd() *cobra.Command {
+	var o dlqOptions
+	var payload, asJSON bool
+	var seq uint64
+	c := &cobra.Command{
+		Use:   "show SEQ",
+		Short: "every header of one dead letter; the payload with --payload",
+		Long: `Show one dead letter: its subject on the dead-letter stream, when it was
+stored, and every header, sorted. The payload only with --payload (indented
+when it is JSON). SEQ is the dead letter's sequence, as dlq list prints it.
+With --json: {"seq","stream","subject","stored","headers","payload_bytes"}
+and "payload" (as a string) with --payload.`,
+		Example: `  bridge dlq show --config config/quickstart.yaml 2
+  bridge dlq show --config config/quickstart.yaml 2 --payload --json | jq -r .payload`,
 	}
-	fmt.Fprintf(stdout, "dead letter %d on %s\nsubject: %s\nstored:  %s\n\nheaders:\n", d.Seq, s.q.Stream(), shown(d.DLQSubject), d.Stored.UTC().Format(time.RFC3339Nano))
-	keys := make([]string, 0, len(d.Header))
-	for k := range d.Header {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
+	c.Flags().BoolVar(&payload, "payload", false, "also print the payload (indented when it is JSON)")
+	c.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
+	return dlqCommand(c, &o, noFilter, func(args []string) error {
+		if len(args) != 1 {
+			return usageErr("dlq show takes exactly one SEQ, got %d arguments", len(args))
+		}
+		seqs, err := parseSeqs("dlq show", args)
+		if err == nil {
+			seq = seqs[0]
+		}
+		return err
+	}, func(ctx context.Context, s *dlqSession, stdout, _ io.Writer) error {
+		d, err := s.q.Get(ctx, seq)
+		if err != nil {
+			return dlqErr(s, err)
+		}
+		if asJSON {
+			out := dlqShowJSON{Seq: d.Seq, Stream: s.q.Stream(), Subject: d.DLQSubject,
+				Stored: d.Stored.UTC().Format(time.RFC3339Nano), Headers: d.Header, PayloadLen: len(d.Data)}
+			if payload {
+				p := string(d.Data)
+				out.Payload = &p
+			}
+			return cli.WriteJSON(stdout, out)
+		}
+		printDeadLetter(stdout, s.q.Stream(), d, payload)
+		return nil
+	})
+}
+
+// printDeadLetter prints one dead letter for reading, every text from it
+// escaped.
+func printDeadLetter(stdout io.Writer, stream string, d bridge.DLQMessage, payload bool) {
+	fmt.Fprintf(stdout, "dead letter %d on %s\nsubject: %s\nstored:  %s\n\nheaders:\n", d.Seq, stream, shown(d.DLQSubject), d.Stored.UTC().Format(time.RFC3339Nano))
+	for _, k := range slices.Sorted(maps.Keys(d.Header)) {
 		for _, v := range d.Header[k] {
 			fmt.Fprintf(stdout, "  %s: %s\n", shown(k), shown(v))
 		}
 	}
-	if !*payload {
+	if !payload {
 		fmt.Fprintf(stdout, "\npayload: %d bytes (--payload to print it)\n", len(d.Data))
-		return nil
+		return
 	}
 	// The payload is escaped like every other text from a dead letter,
 	// whether or not stdout is a terminal: show is for reading.
@@ -458,8 +486,7 @@ func dlqShow(args []string, stdout, stderr io.Writer) error {
 	if out != "" && !strings.HasSuffix(out, "\n") {
 		out += "\n"
 	}
-	_, err = io.WriteString(stdout, out)
-	return err
+	_, _ = io.WriteString(stdout, out)
 }
 
 // selection is the dead letters a replay or purge works on.
@@ -519,10 +546,10 @@ type progress struct {
 }
 
 func newProgress(stdout, stderr io.Writer, n int, what string) progress {
-	if n < progressMin || !isTerminal(stderr) {
+	if n < progressMin || !cli.IsTerminal(stderr) {
 		return progress{}
 	}
-	p := progress{stderr: stderr, clear: isTerminal(stdout)}
+	p := progress{stderr: stderr, clear: cli.IsTerminal(stdout)}
 	throttle := 100 * time.Millisecond
 	if p.clear {
 		throttle = 0 // redrawn after every line, or it would stay cleared
@@ -564,140 +591,221 @@ func (p progress) done() {
 	}
 }
 
-func dlqReplay(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("dlq replay", stderr)
-	path := configFlag(fs)
-	route, reason := filterFlags(fs, true)
-	all := fs.Bool("all", false, "every dead letter (that --route and --reason select)")
-	dryRun := fs.Bool("dry-run", false, "print what would be replayed; change nothing")
-	perSec := fs.Float64("rate", 0, "at most N republishes per second (0: no limit)")
-	keep := fs.Bool("keep", false, "leave the dead letters on the dead-letter stream")
-	pos, err := parseFlags(fs, args)
-	if err != nil {
-		return err
-	}
-	seqs, err := selectionArgs("dlq replay", *all, pos)
-	if err != nil {
-		return err
-	}
-	if *perSec < 0 {
-		return usageErr("dlq replay: --rate must be >= 0, got %g", *perSec)
-	}
-	if err := checkFilter("dlq replay", *route, *reason); err != nil {
-		return err
-	}
-	s, err := openDLQ(*path, stderr)
-	if err != nil {
-		return err
-	}
-	defer s.close()
-	ctx, stop := signalContext()
-	defer stop()
+// replayLine is one dead letter of dlq replay --json.
+type replayLine struct {
+	DLQSeq    uint64 `json:"dlq_seq"`
+	EventID   string `json:"event_id"`
+	Subject   string `json:"subject"`
+	Stream    string `json:"stream,omitempty"`
+	Seq       uint64 `json:"seq,omitempty"` // on Stream
+	Duplicate bool   `json:"duplicate"`
+	Kept      bool   `json:"kept"`
+	DryRun    bool   `json:"dry_run,omitempty"`
+	Error     string `json:"error,omitempty"` // not replayed: why
+}
 
-	sel, err := selectDeadLetters(ctx, s, *all, seqs, bridge.DLQFilter{Route: *route, Reason: *reason}, stderr)
-	if err != nil {
-		return err
+// replaySummary is the last line of dlq replay --json.
+type replaySummary struct {
+	Summary struct {
+		Replayed   int  `json:"replayed"`
+		Duplicates int  `json:"duplicates"`
+		Kept       int  `json:"kept"`
+		Failed     int  `json:"failed"`
+		DryRun     bool `json:"dry_run"`
+	} `json:"summary"`
+}
+
+func newDLQReplayCmd() *cobra.Command {
+	var o dlqOptions
+	var all, dryRun, keep, asJSON bool
+	var perSec float64
+	var seqs []uint64
+	c := &cobra.Command{
+		Use:   "replay (--all | SEQ...)",
+		Short: "republish dead letters to their original subject",
+		Long: `Republish each selected dead letter to its original subject, then delete it
+from the dead-letter stream unless --keep. Select with --all (narrowed by
+--route and --reason) or by SEQ. Each line names the dead letter
+(dlq_seq=N) and where the event was stored (stream=NAME seq=N); the last
+line counts them: "replayed N" includes duplicates (already replayed within
+the stream's duplicate window). A dead letter from another stream, for a
+subject outside the stream's or its route's subjects, for a system, inbox or
+dead-letter subject, or stored without its payload is refused: reported
+with the reason, kept, counted as failed (exit 1); --dry-run shows the
+same. A progress bar shows on a terminal.`,
+		Example: `  bridge dlq replay --config config/quickstart.yaml --all --dry-run
+  bridge dlq replay --config config/quickstart.yaml 2 5 7
+  bridge dlq replay --config config/quickstart.yaml --all --reason rejected --rate 50 --keep`,
 	}
-	failed := sel.failed
-	if *dryRun {
-		n := 0
-		for _, d := range sel.ds {
-			// The same guard as the replay itself: every refusal shows.
-			if err := s.q.CheckReplay(d); err != nil {
-				fmt.Fprintln(stderr, failLine(err))
-				failed++
-				continue
-			}
-			fmt.Fprintf(stdout, "would replay %d %s -> %s\n", d.Seq, shown(d.EventID), shown(d.Subject))
-			n++
+	f := c.Flags()
+	f.BoolVar(&all, "all", false, "every dead letter (that --route and --reason select)")
+	f.BoolVar(&dryRun, "dry-run", false, "print what would be replayed; change nothing")
+	f.Float64Var(&perSec, "rate", 0, "at most N republishes per second (0: no limit)")
+	f.BoolVar(&keep, "keep", false, "leave the dead letters on the dead-letter stream")
+	f.BoolVar(&asJSON, "json", false, `one JSON object per dead letter, then {"summary":{...}}`)
+	return dlqCommand(c, &o, routeAndReason, func(args []string) error {
+		var err error
+		if seqs, err = selectionArgs("dlq replay", all, args); err != nil {
+			return err
 		}
-		fmt.Fprintf(stdout, "dry run: would replay %d, failed %d; nothing changed\n", n, failed)
-		if failed > 0 {
-			return &exitError{code: 1}
+		if perSec < 0 {
+			return usageErr("dlq replay: --rate must be >= 0, got %g", perSec)
 		}
 		return nil
-	}
+	}, func(ctx context.Context, s *dlqSession, stdout, stderr io.Writer) error {
+		sel, err := selectDeadLetters(ctx, s, all, seqs, bridge.DLQFilter{Route: o.route, Reason: o.reason}, stderr)
+		if err != nil {
+			return err
+		}
+		r := replayer{s: s, keep: keep, json: asJSON, stdout: stdout, stderr: stderr, failed: sel.failed}
+		if dryRun {
+			return r.dryRun(sel.ds)
+		}
+		if perSec > 0 {
+			r.lim = rate.NewLimiter(rate.Limit(perSec), 1)
+		}
+		return r.replay(ctx, sel.ds)
+	})
+}
 
-	var lim *rate.Limiter
-	if *perSec > 0 {
-		lim = rate.NewLimiter(rate.Limit(*perSec), 1)
+// replayer is one run of dlq replay.
+type replayer struct {
+	s              *dlqSession
+	keep, json     bool
+	lim            *rate.Limiter
+	stdout, stderr io.Writer
+	sum            replaySummary
+	failed         int
+}
+
+func (r *replayer) dryRun(ds []bridge.DLQMessage) error {
+	n := 0
+	for _, d := range ds {
+		// The same guard as the replay itself: every refusal shows.
+		if err := r.s.q.CheckReplay(d); err != nil {
+			r.fail(progress{}, d, err)
+			continue
+		}
+		if r.json {
+			_ = cli.WriteJSON(r.stdout, replayLine{DLQSeq: d.Seq, EventID: d.EventID, Subject: d.Subject, DryRun: true})
+		} else {
+			fmt.Fprintf(r.stdout, "would replay dlq_seq=%d id=%s -> %s\n", d.Seq, shown(d.EventID), shown(d.Subject))
+		}
+		n++
 	}
-	bar := newProgress(stdout, stderr, len(sel.ds), "replaying")
-	var replayed, dups, kept, done int
+	r.sum.Summary.Replayed, r.sum.Summary.Failed, r.sum.Summary.DryRun = n, r.failed, true
+	if r.json {
+		_ = cli.WriteJSON(r.stdout, r.sum)
+	} else {
+		fmt.Fprintf(r.stdout, "dry run: would replay %d, failed %d; nothing changed\n", n, r.failed)
+	}
+	if r.failed > 0 {
+		return &exitError{Code: 1}
+	}
+	return nil
+}
+
+// fail reports one dead letter that was not replayed.
+func (r *replayer) fail(bar progress, d bridge.DLQMessage, err error) {
+	r.failed++
+	bar.println(r.stderr, failLine(err))
+	if r.json {
+		_ = cli.WriteJSON(r.stdout, replayLine{DLQSeq: d.Seq, EventID: d.EventID, Subject: d.Subject, Kept: true, Error: errText(err)})
+	}
+}
+
+func (r *replayer) replay(ctx context.Context, ds []bridge.DLQMessage) error {
+	bar := newProgress(r.stdout, r.stderr, len(ds), "replaying")
+	sum := &r.sum.Summary
+	done := 0
 	interrupted := false
-	for _, d := range sel.ds {
+	for _, d := range ds {
 		if ctx.Err() != nil {
 			interrupted = true
 			break
 		}
-		if lim != nil {
-			if err := lim.Wait(ctx); err != nil {
+		if r.lim != nil {
+			if err := r.lim.Wait(ctx); err != nil {
 				interrupted = true
 				break
 			}
 		}
 		// The current dead letter is finished even after a signal.
 		opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dlqOpTimeout)
-		res, err := s.q.Replay(opCtx, d.Seq, *keep)
+		res, err := r.s.q.Replay(opCtx, d.Seq, r.keep)
 		cancel()
 		done++
 		if err != nil {
-			bar.println(stderr, failLine(err))
+			r.fail(bar, d, err)
 			bar.add()
-			failed++
 			continue
 		}
-		replayed++
-		line := fmt.Sprintf("replayed %d %s -> %s stream=%s seq=%d", res.Seq, shown(res.EventID), shown(res.Subject), shown(res.Stream), res.StreamSeq)
+		sum.Replayed++
 		if res.Duplicate {
-			dups++
-			line += " (duplicate)"
+			sum.Duplicates++
 		}
 		if res.Kept {
-			kept++
-			line += " (kept)"
+			sum.Kept++
 		}
-		bar.println(stdout, line)
+		if r.json {
+			_ = cli.WriteJSON(r.stdout, replayLine{DLQSeq: res.Seq, EventID: res.EventID, Subject: res.Subject,
+				Stream: res.Stream, Seq: res.StreamSeq, Duplicate: res.Duplicate, Kept: res.Kept})
+		} else {
+			line := fmt.Sprintf("replayed dlq_seq=%d id=%s -> %s stream=%s seq=%d", res.Seq, shown(res.EventID), shown(res.Subject), shown(res.Stream), res.StreamSeq)
+			if res.Duplicate {
+				line += " (duplicate)"
+			}
+			if res.Kept {
+				line += " (kept)"
+			}
+			bar.println(r.stdout, line)
+		}
 		bar.add()
 	}
 	bar.done()
-	fmt.Fprintf(stdout, "replayed %d, duplicates %d, kept %d, failed %d\n", replayed, dups, kept, failed)
-	if interrupted {
-		return &exitError{code: 1, msg: fmt.Sprintf("dlq replay: interrupted after %d of %d dead letters", done, len(sel.ds))}
+	sum.Failed = r.failed
+	if r.json {
+		_ = cli.WriteJSON(r.stdout, r.sum)
+	} else {
+		fmt.Fprintf(r.stdout, "replayed %d, duplicates %d, kept %d, failed %d\n", sum.Replayed, sum.Duplicates, sum.Kept, sum.Failed)
 	}
-	if failed > 0 {
-		return &exitError{code: 1}
+	if interrupted {
+		return &exitError{Code: 1, Msg: fmt.Sprintf("dlq replay: interrupted after %d of %d dead letters", done, len(ds))}
+	}
+	if r.failed > 0 {
+		return &exitError{Code: 1}
 	}
 	return nil
 }
 
-func dlqPurge(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("dlq purge", stderr)
-	path := configFlag(fs)
-	route, _ := filterFlags(fs, false)
-	all := fs.Bool("all", false, "every dead letter (of --route)")
-	pos, err := parseFlags(fs, args)
-	if err != nil {
-		return err
+func newDLQPurgeCmd() *cobra.Command {
+	var o dlqOptions
+	var all bool
+	var seqs []uint64
+	c := &cobra.Command{
+		Use:   "purge (--all | SEQ...)",
+		Short: "delete dead letters, without asking",
+		Long: `Delete dead letters: --all (narrowed by --route) or by SEQ. Only what was
+listed when the command started is deleted; a dead letter stored meanwhile
+stays. It asks nothing and prints each deleted sequence, then a count.`,
+		Example: `  bridge dlq purge --config config/quickstart.yaml 4 9
+  bridge dlq purge --config config/quickstart.yaml --all --route all-events`,
 	}
-	seqs, err := selectionArgs("dlq purge", *all, pos)
-	if err != nil {
+	c.Flags().BoolVar(&all, "all", false, "every dead letter (of --route)")
+	return dlqCommand(c, &o, routeFilter, func(args []string) error {
+		var err error
+		seqs, err = selectionArgs("dlq purge", all, args)
 		return err
-	}
-	if err := checkFilter("dlq purge", *route, ""); err != nil {
-		return err
-	}
-	s, err := openDLQ(*path, stderr)
-	if err != nil {
-		return err
-	}
-	defer s.close()
-	ctx, stop := signalContext()
-	defer stop()
+	}, func(ctx context.Context, s *dlqSession, stdout, stderr io.Writer) error {
+		return purge(ctx, s, all, seqs, o.route, stdout, stderr)
+	})
+}
 
+// purge deletes the selected dead letters.
+func purge(ctx context.Context, s *dlqSession, all bool, seqs []uint64, route string, stdout, stderr io.Writer) error {
 	// Only what was listed is deleted: a dead letter stored meanwhile
 	// stays (a stream purge by subject would take it unseen).
-	sel, err := selectDeadLetters(ctx, s, *all, seqs, bridge.DLQFilter{Route: *route}, stderr)
+	sel, err := selectDeadLetters(ctx, s, all, seqs, bridge.DLQFilter{Route: route}, stderr)
 	if err != nil {
 		return err
 	}
@@ -720,10 +828,10 @@ func dlqPurge(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "deleted %d, failed %d\n", deleted, failed)
 	if interrupted {
-		return &exitError{code: 1, msg: fmt.Sprintf("dlq purge: interrupted after %d of %d dead letters", deleted+failed-sel.failed, len(sel.ds))}
+		return &exitError{Code: 1, Msg: fmt.Sprintf("dlq purge: interrupted after %d of %d dead letters", deleted+failed-sel.failed, len(sel.ds))}
 	}
 	if failed > 0 {
-		return &exitError{code: 1}
+		return &exitError{Code: 1}
 	}
 	return nil
 }

@@ -124,7 +124,7 @@ func TestDLQReplayRefusals(t *testing.T) {
 	r := e.run("dlq", "replay", "--all", "--dry-run")
 	wantDry := ""
 	for _, l := range legit {
-		wantDry += fmt.Sprintf("would replay %d %s -> %s\n", l.seq, l.id, l.subject)
+		wantDry += fmt.Sprintf("would replay dlq_seq=%d id=%s -> %s\n", l.seq, l.id, l.subject)
 	}
 	wantDry += fmt.Sprintf("dry run: would replay 3, failed %d; nothing changed\n", len(refused))
 	if r.code != 1 || r.stdout != wantDry || r.stderr != wantStderr {
@@ -141,7 +141,7 @@ func TestDLQReplayRefusals(t *testing.T) {
 	// its reason and counted as failed, and the exit code is 1
 	wantOut := ""
 	for i, l := range legit {
-		wantOut += fmt.Sprintf("replayed %d %s -> %s stream=EVENTS seq=%d\n", l.seq, l.id, l.subject, sourceBefore.State.LastSeq+uint64(i)+1)
+		wantOut += fmt.Sprintf("replayed dlq_seq=%d id=%s -> %s stream=EVENTS seq=%d\n", l.seq, l.id, l.subject, sourceBefore.State.LastSeq+uint64(i)+1)
 	}
 	wantOut += fmt.Sprintf("replayed 3, duplicates 0, kept 0, failed %d\n", len(refused))
 	if r.code != 1 || r.stdout != wantOut || r.stderr != wantStderr {

@@ -204,14 +204,6 @@ func (e *dlqEnv) run(args ...string) result {
 	return runBridge(e.t, append(args, "--config", e.path)...)
 }
 
-func lines(s string) []string {
-	s = strings.TrimSuffix(s, "\n")
-	if s == "" {
-		return nil
-	}
-	return strings.Split(s, "\n")
-}
-
 func TestDLQList(t *testing.T) {
 	// Given three rejected events on ra, two on rb, and one crafted
 	// max-deliveries dead letter without a status on ra
@@ -403,7 +395,7 @@ func TestDLQReplay(t *testing.T) {
 	r := e.run("dlq", "replay", "--all", "--dry-run")
 	want := ""
 	for i, s := range subjects {
-		want += fmt.Sprintf("would replay %d %s -> %s\n", i+1, ids[i], s)
+		want += fmt.Sprintf("would replay dlq_seq=%d id=%s -> %s\n", i+1, ids[i], s)
 	}
 	want += "dry run: would replay 4, failed 0; nothing changed\n"
 	if r.code != 0 || r.stdout != want {
@@ -418,7 +410,7 @@ func TestDLQReplay(t *testing.T) {
 
 	// --keep republishes and leaves the dead letter
 	r = e.run("dlq", "replay", "1", "--keep")
-	if r.code != 0 || r.stdout != fmt.Sprintf("replayed 1 %s -> %s stream=EVENTS seq=5 (kept)\nreplayed 1, duplicates 0, kept 1, failed 0\n", ids[0], subjects[0]) {
+	if r.code != 0 || r.stdout != fmt.Sprintf("replayed dlq_seq=1 id=%s -> %s stream=EVENTS seq=5 (kept)\nreplayed 1, duplicates 0, kept 1, failed 0\n", ids[0], subjects[0]) {
 		t.Fatalf("replay --keep: %s", r)
 	}
 	if n := e.streamMsgs("EVENTS_DLQ"); n != 4 {
@@ -426,7 +418,7 @@ func TestDLQReplay(t *testing.T) {
 	}
 	// the same seq again: a duplicate, and now deleted
 	r = e.run("dlq", "replay", "1")
-	if r.code != 0 || r.stdout != fmt.Sprintf("replayed 1 %s -> %s stream=EVENTS seq=5 (duplicate)\nreplayed 1, duplicates 1, kept 0, failed 0\n", ids[0], subjects[0]) {
+	if r.code != 0 || r.stdout != fmt.Sprintf("replayed dlq_seq=1 id=%s -> %s stream=EVENTS seq=5 (duplicate)\nreplayed 1, duplicates 1, kept 0, failed 0\n", ids[0], subjects[0]) {
 		t.Fatalf("second replay: %s", r)
 	}
 	if n := e.streamMsgs("EVENTS"); n != sourceBefore+1 {
@@ -435,11 +427,11 @@ func TestDLQReplay(t *testing.T) {
 
 	// --all --route, rate-limited, then --all
 	r = e.run("dlq", "replay", "--route", "rb", "--all", "--rate", "1000")
-	if r.code != 0 || r.stdout != fmt.Sprintf("replayed 2 %s -> %s stream=EVENTS seq=6\nreplayed 4 %s -> %s stream=EVENTS seq=7\nreplayed 2, duplicates 0, kept 0, failed 0\n", ids[1], subjects[1], ids[3], subjects[3]) {
+	if r.code != 0 || r.stdout != fmt.Sprintf("replayed dlq_seq=2 id=%s -> %s stream=EVENTS seq=6\nreplayed dlq_seq=4 id=%s -> %s stream=EVENTS seq=7\nreplayed 2, duplicates 0, kept 0, failed 0\n", ids[1], subjects[1], ids[3], subjects[3]) {
 		t.Fatalf("replay --all --route rb: %s", r)
 	}
 	r = e.run("dlq", "replay", "--all")
-	if r.code != 0 || r.stdout != fmt.Sprintf("replayed 3 %s -> %s stream=EVENTS seq=8\nreplayed 1, duplicates 0, kept 0, failed 0\n", ids[2], subjects[2]) {
+	if r.code != 0 || r.stdout != fmt.Sprintf("replayed dlq_seq=3 id=%s -> %s stream=EVENTS seq=8\nreplayed 1, duplicates 0, kept 0, failed 0\n", ids[2], subjects[2]) {
 		t.Fatalf("replay --all: %s", r)
 	}
 	if n := e.streamMsgs("EVENTS_DLQ"); n != 0 {
@@ -477,7 +469,7 @@ func TestDLQReplayNotReplayable(t *testing.T) {
 	bad := e.craft("ra", "events.info.a.x", "ev-bad", []byte(`{}`), map[string]string{bridge.HeaderOriginalSubject: ""})
 	good := e.craft("ra", "events.info.a.y", "ev-good", []byte(`{}`), nil)
 	r := e.run("dlq", "replay", "--all", "--dry-run")
-	if r.code != 1 || r.stdout != fmt.Sprintf("would replay %d ev-good -> events.info.a.y\ndry run: would replay 1, failed 1; nothing changed\n", good) ||
+	if r.code != 1 || r.stdout != fmt.Sprintf("would replay dlq_seq=%d id=ev-good -> events.info.a.y\ndry run: would replay 1, failed 1; nothing changed\n", good) ||
 		r.stderr != fmt.Sprintf("bridge: dead letter %d cannot be replayed: no Bridge-Original-Subject header\n", bad) {
 		t.Fatalf("dry run with a bad dead letter: %s", r)
 	}
@@ -546,14 +538,14 @@ func TestDLQUsage(t *testing.T) {
 		{"replay bad reason", []string{"dlq", "replay", "--all", "--reason", "bogus", "--config", path}, `--reason "bogus"`},
 		{"purge without selection", []string{"dlq", "purge", "--config", path}, "needs --all or at least one SEQ"},
 		{"purge with both", []string{"dlq", "purge", "--all", "1", "--config", path}, "not both"},
-		{"purge has no reason", []string{"dlq", "purge", "--all", "--reason", "rejected", "--config", path}, "flag provided but not defined: -reason"},
+		{"purge has no reason", []string{"dlq", "purge", "--all", "--reason", "rejected", "--config", path}, "unknown flag: --reason"},
 		{"show no seq", []string{"dlq", "show", "--config", path}, "exactly one SEQ"},
 		{"show two seqs", []string{"dlq", "show", "1", "2", "--config", path}, "exactly one SEQ"},
 		{"show bad seq", []string{"dlq", "show", "-", "--config", path}, `SEQ "-"`},
 		{"list argument", []string{"dlq", "list", "extra", "--config", path}, "takes no arguments"},
 		{"list negative limit", []string{"dlq", "list", "--limit", "-1", "--config", path}, "--limit"},
 		{"list wildcard route", []string{"dlq", "list", "--route", "*", "--config", path}, `--route "*"`},
-		{"list unknown flag", []string{"dlq", "list", "--nope", "--config", path}, "flag provided but not defined: -nope"},
+		{"list unknown flag", []string{"dlq", "list", "--nope", "--config", path}, "unknown flag: --nope"},
 		{"no config", []string{"dlq", "list"}, "--config is required"},
 		{"missing config file", []string{"dlq", "list", "--config", filepath.Join(t.TempDir(), "none.yaml")}, "none.yaml"},
 	}
@@ -565,11 +557,11 @@ func TestDLQUsage(t *testing.T) {
 			}
 		})
 	}
-	if r := runBridge(t, "dlq", "help"); r.code != 0 || !strings.Contains(r.stdout, "replay  (--all | SEQ...)") {
+	if r := runBridge(t, "dlq", "--help"); r.code != 0 || !strings.Contains(r.stdout, "replay      republish dead letters") {
 		t.Errorf("dlq help: %s", r)
 	}
 	// A server that is not there is a runtime failure
-	if r := runBridge(t, "dlq", "list", "--config", path); r.code != 1 || !strings.Contains(r.stderr, "connect to NATS at nats://127.0.0.1:1") {
+	if r := runBridge(t, "dlq", "list", "--config", path); r.code != 1 || !strings.Contains(r.stderr, "cannot reach NATS at nats://127.0.0.1:1: ") || !strings.Contains(r.stderr, "connection refused") || !strings.Contains(r.stderr, "--server") {
 		t.Errorf("unreachable server: %s", r)
 	}
 }
@@ -664,5 +656,35 @@ func TestDLQReplayInterrupted(t *testing.T) {
 	}
 	if n := e.streamMsgs("EVENTS_DLQ"); n != 0 {
 		t.Errorf("%d dead letters left, want 0", n)
+	}
+}
+
+// dlq show --json and dlq replay --json give scripts the exact values.
+func TestDLQShowAndReplayJSON(t *testing.T) {
+	e := newDLQEnv(t, 400)
+	id := e.reject("events.info.a.one")
+	e.sink.SetScript(sinktest.Always(200))
+
+	r := e.run("dlq", "show", "1", "--json", "--payload")
+	var show dlqShowJSON
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &show) != nil {
+		t.Fatalf("dlq show --json: %s", r)
+	}
+	if show.Seq != 1 || show.Stream != "EVENTS_DLQ" || show.Headers["Event-Id"][0] != id || show.Payload == nil || *show.Payload != `{"n":1}` || show.PayloadLen != 7 {
+		t.Errorf("dlq show --json: %+v", show)
+	}
+
+	r = e.run("dlq", "replay", "--all", "--json")
+	got := lines(r.stdout)
+	if r.code != 0 || len(got) != 2 {
+		t.Fatalf("dlq replay --json: %s", r)
+	}
+	var line replayLine
+	var sum replaySummary
+	if json.Unmarshal([]byte(got[0]), &line) != nil || line.DLQSeq != 1 || line.EventID != id || line.Stream != "EVENTS" || line.Seq != 2 || line.Kept {
+		t.Errorf("replay line %s", got[0])
+	}
+	if json.Unmarshal([]byte(got[1]), &sum) != nil || sum.Summary.Replayed != 1 || sum.Summary.Failed != 0 {
+		t.Errorf("replay summary %s", got[1])
 	}
 }

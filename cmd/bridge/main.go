@@ -1,5 +1,6 @@
 // Command bridge runs jetbridge: it delivers events from NATS JetStream to
-// HTTP destinations, and offers the commands to check its configuration.
+// HTTP destinations, and offers the commands to check its configuration,
+// operate its dead letters and try it out (see the README's "Commands").
 //
 // Exit codes: 0 success (bridge run: after SIGINT/SIGTERM and the drain);
 // 1 runtime failure (NATS rejected the credentials or the TLS handshake at
@@ -7,128 +8,137 @@
 // usage or invalid configuration, including credential and TLS files that
 // are missing, unreadable or do not parse (see the README's Security
 // section).
+//
+// This file holds the command tree and the helpers the commands share;
+// each command's work is in the file named after it.
 package main
 
 import (
+	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/sotercare/jetbridge/config"
+	"github.com/sotercare/jetbridge/internal/cli"
 )
-
-const usage = `usage: bridge [command] [flags]
-
-commands:
-  run      run the bridge until SIGINT/SIGTERM (the default)
-  check    validate the configuration and print the routing table
-  receive  a local webhook receiver for trying the bridge
-  dlq      list, show, replay or purge dead letters ("bridge dlq help")
-  demo     a self-contained tour in under 30 s: JetStream, a flaky receiver, the bridge
-  version  print version information
-
-Every command takes --config FILE (default $BRIDGE_CONFIG).
-Run "bridge COMMAND --help" for the flags of one command.
-`
-
-// exitError carries an exit code; its message has already been printed
-// when msg is empty.
-type exitError struct {
-	code int
-	msg  string
-}
-
-func (e *exitError) Error() string { return e.msg }
-
-func usageErr(format string, args ...any) error {
-	return &exitError{code: 2, msg: fmt.Sprintf(format, args...)}
-}
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// run dispatches a command line and returns the exit code.
+// run runs a command line and returns the exit code.
 func run(args []string, stdout, stderr io.Writer) int {
-	cmd := "run"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		cmd, args = args[0], args[1:]
-	}
-	var err error
-	switch cmd {
-	case "run":
-		err = cmdRun(args, stdout, stderr)
-	case "check":
-		err = cmdCheck(args, stdout, stderr)
-	case "receive":
-		err = cmdReceive(args, stdout, stderr)
-	case "dlq":
-		err = cmdDLQ(args, stdout, stderr)
-	case "demo":
-		err = cmdDemo(args, stdout, stderr)
-	case "version":
-		err = cmdVersion(args, stdout, stderr)
-	case "help":
-		fmt.Fprint(stdout, usage)
-	default:
-		fmt.Fprintf(stderr, "bridge: unknown command %q\n\n%s", cmd, usage)
-		return 2
-	}
-	if err == nil {
-		return 0
-	}
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	var ee *exitError
-	if errors.As(err, &ee) {
-		if ee.msg != "" {
-			fmt.Fprintln(stderr, "bridge: "+ee.msg)
-		}
-		return ee.code
-	}
-	fmt.Fprintln(stderr, "bridge: "+err.Error())
-	return 1
+	return cli.Execute(newRootCmd(), args, stdout, stderr)
 }
 
-// parseFlags parses flags that may come before or after positional
-// arguments, and returns the positional ones.
-func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				fs.SetOutput(os.Stdout)
-				fmt.Fprintf(os.Stdout, "usage of %s:\n", fs.Name())
-				fs.PrintDefaults()
-				return nil, err
+// exitError and usageErr are the cli package's, by their short names.
+type exitError = cli.ExitError
+
+func usageErr(format string, args ...any) error { return cli.Usagef(format, args...) }
+
+const rootLong = `bridge delivers events from NATS JetStream to HTTP endpoints: one durable
+pull consumer per route, retries and a circuit breaker per destination, ack
+on 2xx, redelivery with backoff, and a dead-letter stream for what cannot be
+delivered. With no NATS URL configured it starts an embedded JetStream.
+
+"bridge --config FILE" is "bridge run --config FILE"; so is plain "bridge"
+when $BRIDGE_CONFIG is set.`
+
+const rootExample = `  bridge demo                                   # a 15 s tour, nothing to set up
+  bridge --config config/quickstart.yaml        # run the bridge
+  bridge check --config config/quickstart.yaml  # validate, print the routing table
+  bridge dlq list --config config/quickstart.yaml`
+
+// newRootCmd is the command tree of bridge.
+func newRootCmd() *cobra.Command {
+	var o runOptions
+	root := cli.NewRoot("bridge", "deliver events from NATS JetStream to HTTP endpoints", rootLong)
+	root.Example = rootExample
+	root.Args = func(c *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			return cli.UnknownCommand(c, args[0])
+		}
+		return nil
+	}
+	root.RunE = func(c *cobra.Command, _ []string) error {
+		if o.config == "" && os.Getenv("BRIDGE_CONFIG") == "" {
+			return c.Help()
+		}
+		return cmdRun(o, c.OutOrStdout(), c.ErrOrStderr())
+	}
+	o.register(root.Flags())
+	root.AddCommand(newRunCmd(), newCheckCmd(), newReceiveCmd(), newDLQCmd(), newDemoCmd(), newVersionCmd())
+	return root
+}
+
+// configFlag registers --config; an empty value means $BRIDGE_CONFIG
+// (configPath).
+func configFlag(f *pflag.FlagSet, p *string) {
+	f.StringVar(p, "config", "", "configuration file (default $BRIDGE_CONFIG)")
+}
+
+// configPath is --config, else $BRIDGE_CONFIG.
+func configPath(flag string) string {
+	if flag != "" {
+		return flag
+	}
+	return os.Getenv("BRIDGE_CONFIG")
+}
+
+// serverFlag registers -s/--server for the commands that connect to NATS.
+func serverFlag(f *pflag.FlagSet, p *string) {
+	cli.ServerFlag(f, p, cli.ServerUsage+" (default: nats.url, else $NATS_URL, else the embedded server)")
+}
+
+// loadConfig loads and validates the file, printing every problem, one per
+// line, on stderr; server, when not empty, replaces nats.url (--server).
+// Its error carries exit code 2. With neither --server nor nats.url,
+// $NATS_URL is used when set (see the README's "Commands"); source is then
+// "--server" or "$NATS_URL", else "".
+func loadConfig(flagPath, server string, stderr io.Writer) (cfg *config.Config, source string, err error) {
+	path := configPath(flagPath)
+	if path == "" {
+		return nil, "", usageErr("--config is required (or set $BRIDGE_CONFIG); try --config config/quickstart.yaml")
+	}
+	cfg, err = config.LoadFile(path)
+	if err != nil {
+		var ve *config.ValidationError
+		if errors.As(err, &ve) {
+			for _, e := range ve.Unwrap() {
+				fmt.Fprintln(stderr, "bridge: "+e.Error())
 			}
-			return nil, &exitError{code: 2, msg: strings.TrimPrefix(fs.Name(), "bridge ") + ": " + err.Error()}
+			return nil, "", &exitError{Code: 2}
 		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return pos, nil
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, "", usageErr("--config %s: no such file (the example configurations are in config/, e.g. config/quickstart.yaml)", path)
 		}
-		if args[0] == "--" {
-			return append(pos, args[1:]...), nil
-		}
-		pos = append(pos, args[0])
-		args = args[1:]
+		return nil, "", &exitError{Code: 2, Msg: err.Error()}
 	}
+	url, from := cli.Server(server, cfg.NATS.URL.Value(), "")
+	if from == "nats.url" || url == "" {
+		return cfg, "", nil
+	}
+	if err := cli.CheckServers(url); err != nil {
+		return nil, "", usageErr("%s: %v", from, err)
+	}
+	cfg.NATS.URL = config.Secret(url)
+	return cfg, from, nil
 }
 
-// newFlagSet returns a FlagSet that reports a bad flag in one line on
-// stderr ("bridge run: flag provided but not defined: -x"); -h prints the
-// flags.
-func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("bridge "+name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
-	return fs
+// signalContext is cancelled by SIGINT or SIGTERM.
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 }
 
-// configFlag registers --config with its $BRIDGE_CONFIG default.
-func configFlag(fs *flag.FlagSet) *string {
-	return fs.String("config", os.Getenv("BRIDGE_CONFIG"), "configuration file (default $BRIDGE_CONFIG)")
-}
+// errText drops the "bridge: " that library errors start with: the
+// command prints its own.
+func errText(err error) string { return strings.TrimPrefix(err.Error(), "bridge: ") }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"os"
@@ -502,5 +503,28 @@ func TestVersion(t *testing.T) {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("version output lacks %q:\n%s", want, r.stdout)
 		}
+	}
+}
+
+// check --json: the routing table for scripts, and the problems of an
+// invalid file with exit 2.
+func TestCheckJSON(t *testing.T) {
+	setCheckEnv(t)
+	r := runBridge(t, "check", "--json", "--config", filepath.Join(configDir, "quickstart.yaml"))
+	var rep checkReport
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &rep) != nil {
+		t.Fatalf("check --json: %s", r)
+	}
+	if !rep.OK || len(rep.Routes) != 1 || rep.Routes[0].Name != "all-events" || rep.Stream.Name != "EVENTS" || len(rep.Destinations) != 1 {
+		t.Errorf("report %+v", rep)
+	}
+	r = runBridge(t, "check", "--json", "--config", filepath.Join(configDir, "testdata", "bad", "no_routes.yaml"))
+	rep = checkReport{}
+	if r.code != 2 || json.Unmarshal([]byte(r.stdout), &rep) != nil || rep.OK || len(rep.Errors) == 0 || !strings.Contains(rep.Errors[0], "routes") {
+		t.Errorf("invalid file: %s", r)
+	}
+	r = runBridge(t, "check", "--json")
+	if r.code != 2 || !strings.Contains(r.stdout, `"ok":false`) || !strings.Contains(r.stdout, "--config is required") {
+		t.Errorf("no --config: %s", r)
 	}
 }

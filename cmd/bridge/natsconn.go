@@ -20,6 +20,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sotercare/jetbridge/config"
+	"github.com/sotercare/jetbridge/internal/cli"
 	"github.com/sotercare/jetbridge/internal/embedded"
 )
 
@@ -49,6 +50,19 @@ func (c connErrClass) String() string {
 		return "NATS credentials unusable"
 	}
 	return "cannot reach NATS"
+}
+
+// hint is what to check for a fatal class.
+func (c connErrClass) hint() string {
+	switch c {
+	case connAuth:
+		return "check nats.user and nats.password, nats.token, nats.nkey_seed_file or nats.creds_file against the server's accounts"
+	case connTLS:
+		return "check the URL's scheme (tls:// only for a TLS server) and nats.tls (ca_file for the server's certificate, cert_file and key_file when it wants a client certificate)"
+	case connCreds:
+		return "check nats.creds_file or nats.nkey_seed_file (a creds file from nsc, an nkey seed starting SU)"
+	}
+	return "check that the server runs there; the URL comes from --server, nats.url or $NATS_URL, in that order"
 }
 
 // classifyConnErr sorts an error of nats.Connect (made without
@@ -194,7 +208,7 @@ func natsOptions(nc config.NATS, log zerolog.Logger, closing *atomic.Bool) ([]na
 		return nil, err
 	}
 	secrets := natsSecrets(nc)
-	asyncErrs := &fallingRate{}
+	asyncErrs := &cli.FallingRate{}
 	opts := []nats.Option{
 		nats.Name(nc.Name),
 		nats.MaxReconnects(-1),
@@ -212,7 +226,7 @@ func natsOptions(nc config.NATS, log zerolog.Logger, closing *atomic.Bool) ([]na
 			ev.Msg("disconnected from NATS; reconnecting")
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) {
-			asyncErrs.reset()
+			asyncErrs.Reset()
 			log.Info().Str("server", config.Secret(c.ConnectedUrlRedacted()).RedactedURL()).Msg("reconnected to NATS")
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
@@ -220,7 +234,7 @@ func natsOptions(nc config.NATS, log zerolog.Logger, closing *atomic.Bool) ([]na
 				return
 			}
 			class := classifyConnErr(err)
-			n, ok := asyncErrs.next(class.String() + err.Error())
+			n, ok := asyncErrs.Next(class.String() + err.Error())
 			if !ok {
 				return
 			}
@@ -242,52 +256,16 @@ func natsOptions(nc config.NATS, log zerolog.Logger, closing *atomic.Bool) ([]na
 			log.Info().Int("servers", len(c.DiscoveredServers())).Msg("discovered NATS servers")
 		}),
 	}
-	switch {
-	case nc.CredsFile != "":
-		opts = append(opts, nats.UserCredentials(nc.CredsFile))
-	case nc.NKeySeedFile != "":
-		o, err := nats.NkeyOptionFromSeed(nc.NKeySeedFile)
-		if err != nil {
-			return nil, fmt.Errorf("nats.nkey_seed_file: %w", err)
-		}
-		opts = append(opts, o)
-	case nc.User != "":
-		opts = append(opts, nats.UserInfo(nc.User, nc.Password.Value()))
-	case nc.Token != "":
-		opts = append(opts, nats.Token(nc.Token.Value()))
+	auth, err := cli.Auth{
+		CredsFile: nc.CredsFile, NKeySeedFile: nc.NKeySeedFile,
+		User: nc.User, Password: nc.Password.Value(), Token: nc.Token.Value(),
+		CAFile: nc.TLS.CAFile, CertFile: nc.TLS.CertFile, KeyFile: nc.TLS.KeyFile,
+	}.Options()
+	if err != nil {
+		return nil, fmt.Errorf("nats.nkey_seed_file: %w", err)
 	}
-	if t := nc.TLS; t.CAFile != "" {
-		opts = append(opts, nats.RootCAs(t.CAFile))
-	}
-	if t := nc.TLS; t.CertFile != "" || t.KeyFile != "" {
-		opts = append(opts, nats.ClientCert(t.CertFile, t.KeyFile))
-	}
+	opts = append(opts, auth...)
 	return opts, nil
-}
-
-// fallingRate lets the 1st, 2nd, 4th, 8th... occurrence of the same error
-// through: an error repeated on every reconnect attempt (every half
-// second) is logged ever more rarely, with its count.
-type fallingRate struct {
-	mu   sync.Mutex
-	last string
-	n    int
-}
-
-func (f *fallingRate) next(key string) (n int, log bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if key != f.last {
-		f.last, f.n = key, 0
-	}
-	f.n++
-	return f.n, f.n&(f.n-1) == 0
-}
-
-func (f *fallingRate) reset() {
-	f.mu.Lock()
-	f.last, f.n = "", 0
-	f.mu.Unlock()
 }
 
 // natsConn is the connection to JetStream, with the embedded server behind
@@ -339,7 +317,7 @@ func openNATSWith(ctx context.Context, cfg *config.Config, log zerolog.Logger, b
 			SyncAlways: cfg.NATS.Embedded.SyncAlways,
 		})
 		if err != nil {
-			return nil, fmt.Errorf("embedded JetStream: %w", err)
+			return nil, embeddedErr(cfg, err)
 		}
 		c.srv = srv
 		url, shown = srv.ClientURL(), srv.ClientURL()
@@ -349,7 +327,7 @@ func openNATSWith(ctx context.Context, cfg *config.Config, log zerolog.Logger, b
 	built, err := build(cfg.NATS, log, &c.closing)
 	if err != nil {
 		c.close()
-		return nil, &exitError{code: 2, msg: err.Error()}
+		return nil, &exitError{Code: 2, Msg: err.Error()}
 	}
 	// Ours first: the options built after them may replace any of them.
 	// A failed nats.Connect calls no handler, so only the kept connection
@@ -358,24 +336,24 @@ func openNATSWith(ctx context.Context, cfg *config.Config, log zerolog.Logger, b
 	opts := append([]nats.Option{nats.ClosedHandler(func(*nats.Conn) { once.Do(func() { close(c.closed) }) })}, built...)
 	secrets := natsSecrets(cfg.NATS)
 	pause := firstConnectMin
-	rate := &fallingRate{}
+	rate := &cli.FallingRate{}
 	for attempt := 1; ; attempt++ {
 		nc, err := nats.Connect(url, opts...)
 		if err == nil {
 			c.nc = nc
 			break
 		}
-		cause := scrub(connectCause(err, url), secrets)
+		cause := scrub(cli.ConnectCause(err, url), secrets)
 		class := classifyConnErr(err)
 		if class != connUnreachable {
 			c.close()
-			return nil, &exitError{code: 1, msg: fmt.Sprintf("nats: %s at %s: %s", class, shown, cause)}
+			return nil, &exitError{Code: 1, Msg: fmt.Sprintf("nats: %s at %s: %s; %s", class, shown, cause, class.hint())}
 		}
 		reason := fmt.Sprintf("cannot reach NATS at %s: %s", shown, cause)
 		notReady(reason)
-		if n, ok := rate.next(cause); ok {
+		if n, ok := rate.Next(cause); ok {
 			log.Warn().Str("url", shown).Str("error", cause).Int("attempts", n).Str("retry_in", pause.String()).
-				Msg("cannot reach NATS; retrying")
+				Msg("cannot reach NATS; retrying: " + class.hint())
 		}
 		select {
 		case <-ctx.Done():
@@ -394,28 +372,43 @@ func openNATSWith(ctx context.Context, cfg *config.Config, log zerolog.Logger, b
 	return c, nil
 }
 
-// connectCause is err's text; nats.go reports a refused connection as
-// "no servers available", so then the dial error of the first server is
-// added ("connect: connection refused", a DNS failure...).
-func connectCause(err error, servers string) string {
-	if !errors.Is(err, nats.ErrNoServers) {
-		return err.Error()
+// embeddedErr says why the embedded server did not start and what to do:
+// join the server that holds the address, or give this one its own
+// address and store.
+func embeddedErr(cfg *config.Config, err error) error {
+	e := cfg.NATS.Embedded
+	var inUse *embedded.AddrInUseError
+	var locked *embedded.StoreDirLockedError
+	switch {
+	case errors.As(err, &inUse):
+		return fmt.Errorf("nats.embedded.listen %s is already in use, probably by a running bridge or nats-server; "+
+			"to join it, run this bridge with --server nats://%s (or set nats.url); "+
+			"to run a second embedded server, give it another nats.embedded.listen and its own nats.embedded.store_dir", e.Listen, joinAddr(inUse.Addr))
+	case errors.As(err, &locked):
+		who := "another bridge"
+		if locked.PID > 0 {
+			who = fmt.Sprintf("another bridge (process %d)", locked.PID)
+		}
+		return fmt.Errorf("nats.embedded.store_dir %s is in use by %s; two servers must not share a store: "+
+			"stop it, join it with --server, or give this bridge its own nats.embedded.store_dir", e.StoreDir, who)
 	}
-	first, _, _ := strings.Cut(servers, ",")
-	u, perr := url.Parse(strings.TrimSpace(first))
-	if perr != nil || u.Host == "" {
-		return err.Error()
+	return fmt.Errorf("embedded JetStream: %s", strings.TrimPrefix(err.Error(), "embedded: "))
+}
+
+// joinAddr is the address a client dials to reach a server listening on
+// addr (an unspecified host is reached on loopback).
+func joinAddr(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
 	}
-	host := u.Host
-	if u.Port() == "" {
-		host = net.JoinHostPort(u.Hostname(), "4222")
+	switch host {
+	case "", "0.0.0.0":
+		host = "127.0.0.1"
+	case "::":
+		host = "::1"
 	}
-	c, derr := net.DialTimeout("tcp", host, 2*time.Second)
-	if derr != nil {
-		return err.Error() + " (" + derr.Error() + ")"
-	}
-	c.Close()
-	return err.Error()
+	return net.JoinHostPort(host, port)
 }
 
 // optionsFunc builds the client options of the nats section.

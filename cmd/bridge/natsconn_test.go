@@ -72,7 +72,7 @@ func exitCode(err error) int {
 	case err == nil:
 		return 0
 	case errors.As(err, &ee):
-		return ee.code
+		return ee.Code
 	}
 	return 1
 }
@@ -698,6 +698,13 @@ func TestRunWaitsForUnreachableNATS(t *testing.T) {
 		return nil
 	}); err != nil {
 		t.Fatal(err)
+	}
+	// The log said so at once, with the redacted URL, the cause and what
+	// to check.
+	logs := d.logs.String()
+	if !strings.Contains(logs, "cannot reach NATS; retrying") || !strings.Contains(logs, "nats://xxxxx@"+addr) ||
+		!strings.Contains(logs, "connection refused") || !strings.Contains(logs, "--server, nats.url or $NATS_URL") {
+		t.Errorf("no log line naming the URL, the cause and the fix:\n%s", logs)
 	}
 	natstest.Start(t, natstest.WithListen(addr))
 	if err := waitFor(daemonReady, func() error {

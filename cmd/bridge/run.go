@@ -2,18 +2,13 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	stdlog "log"
 	"net"
 	"net/http"
-	"os"
-	"os/signal"
 	"runtime"
-	"runtime/debug"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -22,37 +17,65 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/sotercare/jetbridge/bridge"
 	"github.com/sotercare/jetbridge/config"
+	"github.com/sotercare/jetbridge/internal/cli"
+	"github.com/sotercare/jetbridge/internal/cli/logs"
 	"github.com/sotercare/jetbridge/internal/embedded"
 )
 
-func cmdRun(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("run", stderr)
-	path := configFlag(fs)
-	pos, err := parseFlags(fs, args)
-	if err != nil {
-		return err
+// runOptions are the flags of bridge run (and of plain bridge).
+type runOptions struct{ config, server string }
+
+func (o *runOptions) register(fs *pflag.FlagSet) {
+	configFlag(fs, &o.config)
+	serverFlag(fs, &o.server)
+}
+
+func newRunCmd() *cobra.Command {
+	var o runOptions
+	c := &cobra.Command{
+		Use:   "run",
+		Short: "run the bridge until SIGINT/SIGTERM (the default command)",
+		Long: `Run the bridge: provision the streams and consumers, deliver every route's
+messages, serve the admin endpoints (admin.listen), and on SIGINT/SIGTERM
+stop fetching, finish what is in flight and exit 0.
+
+NATS is, in this order: --server, nats.url, $NATS_URL; with none of them
+the bridge starts an embedded JetStream (nats.embedded). While NATS cannot
+be reached the bridge logs why and /readyz says "cannot reach NATS at ...".`,
+		Example: `  bridge run --config config/quickstart.yaml
+  bridge run --config config/quickstart.yaml -s nats://127.0.0.1:4222   # join a running server`,
+		Args: cli.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error { return cmdRun(o, c.OutOrStdout(), c.ErrOrStderr()) },
 	}
-	if len(pos) > 0 {
-		return usageErr("run takes no arguments, got %q", pos[0])
-	}
-	cfg, err := loadConfig(*path, stderr)
+	o.register(c.Flags())
+	return c
+}
+
+func cmdRun(o runOptions, stdout, stderr io.Writer) error {
+	cfg, source, err := loadConfig(o.config, o.server, stderr)
 	if err != nil {
 		return err
 	}
 	if err := checkNATSFiles(cfg.NATS); err != nil {
 		return configFileErr(err, stderr)
 	}
-	log, err := newLogger(cfg.Log, stdout)
+	log, err := logs.New(cfg.Log.Format, cfg.Log.Level, "jetbridge", stdout)
 	if err != nil {
-		return &exitError{code: 2, msg: "log.level: " + err.Error()}
+		return &exitError{Code: 2, Msg: "log.level: " + err.Error()}
 	}
 	for _, w := range configWarnings(cfg) {
-		log.Warn().Str("key", w.key).Msg(w.text)
+		log.Warn().Str("key", w.Key).Msg(w.Text)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	if source == "$NATS_URL" {
+		log.Info().Str("url", cfg.NATS.URL.RedactedURL()).
+			Msg("NATS server taken from $NATS_URL (nats.url is empty); unset NATS_URL to start the embedded server instead")
+	}
+	ctx, stop := signalContext()
 	defer stop()
 	return runDaemon(ctx, cfg, log, production)
 }
@@ -128,11 +151,11 @@ func runDaemon(ctx context.Context, cfg *config.Config, log zerolog.Logger, part
 		}
 		log.Error().Str("url", cfg.NATS.URL.RedactedURL()).Str("error", cause).
 			Msg("the NATS connection was closed for good; exiting so that the bridge is restarted")
-		return &exitError{code: 1, msg: fmt.Sprintf("nats: connection to NATS at %s closed for good: %s", cfg.NATS.URL.RedactedURL(), cause)}
+		return &exitError{Code: 1, Msg: fmt.Sprintf("nats: connection to NATS at %s closed for good: %s", cfg.NATS.URL.RedactedURL(), cause)}
 	}
 	if runErr != nil {
 		log.Error().Str("error", runErr.Error()).Msg("bridge failed")
-		return &exitError{code: 1}
+		return &exitError{Code: 1}
 	}
 	return nil
 }
@@ -162,6 +185,9 @@ func serveAdmin(listen string, h http.Handler, log zerolog.Logger, to adminTimeo
 	}
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return nil, fmt.Errorf("admin.listen %s is already in use, probably by another bridge; give this one another admin.listen (the example configs read $JETBRIDGE_ADMIN_LISTEN, e.g. JETBRIDGE_ADMIN_LISTEN=127.0.0.1:8090), or \"\" to serve no admin endpoints", listen)
+		}
 		return nil, fmt.Errorf("admin.listen %s: %w", listen, err)
 	}
 	srv := &http.Server{
@@ -231,47 +257,32 @@ func (a *adminSwitch) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func writeAdminJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	_ = cli.WriteJSON(w, v)
 }
 
-// newLogger builds the JSON or console logger of the log section.
-func newLogger(lc config.Log, w io.Writer) (zerolog.Logger, error) {
-	lvl, err := zerolog.ParseLevel(strings.ToLower(lc.Level))
-	if err != nil {
-		return zerolog.Nop(), err
-	}
-	if lvl == zerolog.NoLevel {
-		lvl = zerolog.InfoLevel
-	}
-	zerolog.TimeFieldFormat = time.RFC3339Nano
-	if lc.Format == "console" {
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339, NoColor: !isTerminal(w)}
-	}
-	return zerolog.New(w).Level(lvl).With().Timestamp().Str("service", "jetbridge").Logger(), nil
+// versionInfo is what bridge version prints.
+type versionInfo struct {
+	Version    string `json:"version"`
+	Go         string `json:"go"`
+	NATSServer string `json:"nats_server"` // embedded
 }
 
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
+func newVersionCmd() *cobra.Command {
+	var asJSON bool
+	c := &cobra.Command{
+		Use:     "version",
+		Short:   "print the version, the Go version and the embedded nats-server version",
+		Example: "  bridge version\n  bridge version --json",
+		Args:    cli.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			v := versionInfo{Version: cli.BuildVersion(), Go: runtime.Version(), NATSServer: embedded.ServerVersion()}
+			if asJSON {
+				return cli.WriteJSON(c.OutOrStdout(), v)
+			}
+			_, err := fmt.Fprintf(c.OutOrStdout(), "jetbridge %s\ngo %s\nnats-server %s (embedded)\n", v.Version, v.Go, v.NATSServer)
+			return err
+		},
 	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
-
-func cmdVersion(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("version", stderr)
-	pos, err := parseFlags(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return usageErr("version takes no arguments, got %q", pos[0])
-	}
-	version := "(devel)"
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		version = bi.Main.Version
-	}
-	fmt.Fprintf(stdout, "jetbridge %s\ngo %s\nnats-server %s (embedded)\n", version, runtime.Version(), embedded.ServerVersion())
-	return nil
+	c.Flags().BoolVar(&asJSON, "json", false, `print {"version","go","nats_server"}`)
+	return c
 }

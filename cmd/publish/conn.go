@@ -3,14 +3,15 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"net/url"
 	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/pflag"
 
+	"github.com/sotercare/jetbridge/internal/cli"
 	"github.com/sotercare/jetbridge/producer"
 )
 
@@ -18,27 +19,24 @@ import (
 const connName = "jetbridge-publish"
 
 // authFlags are the authentication and TLS flags.
-type authFlags struct {
-	creds, nkey, user, password, token string
-	tlsCA, tlsCert, tlsKey             string
-}
+type authFlags struct{ cli.Auth }
 
-func (a *authFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&a.creds, "creds", "", "")
-	fs.StringVar(&a.nkey, "nkey", "", "")
-	fs.StringVar(&a.user, "user", "", "")
-	fs.StringVar(&a.password, "password", "", "")
-	fs.StringVar(&a.token, "token", "", "")
-	fs.StringVar(&a.tlsCA, "tls-ca", "", "")
-	fs.StringVar(&a.tlsCert, "tls-cert", "", "")
-	fs.StringVar(&a.tlsKey, "tls-key", "", "")
+func (a *authFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&a.CredsFile, "creds", "", "NATS user credentials file")
+	fs.StringVar(&a.NKeySeedFile, "nkey", "", "NKey seed file")
+	fs.StringVar(&a.User, "user", "", "user name, with --password")
+	fs.StringVar(&a.Password, "password", "", "password of --user")
+	fs.StringVar(&a.Token, "token", "", "authentication token")
+	fs.StringVar(&a.CAFile, "tls-ca", "", "CA certificates to verify the server")
+	fs.StringVar(&a.CertFile, "tls-cert", "", "client certificate, with --tls-key")
+	fs.StringVar(&a.KeyFile, "tls-key", "", "client key of --tls-cert")
 }
 
 // check rejects combinations that cannot work.
 func (a *authFlags) check() error {
 	var given []string
 	for _, f := range []struct{ name, v string }{
-		{"--creds", a.creds}, {"--nkey", a.nkey}, {"--user", a.user}, {"--token", a.token},
+		{"--creds", a.CredsFile}, {"--nkey", a.NKeySeedFile}, {"--user", a.User}, {"--token", a.Token},
 	} {
 		if f.v != "" {
 			given = append(given, f.name)
@@ -47,9 +45,9 @@ func (a *authFlags) check() error {
 	switch {
 	case len(given) > 1:
 		return usagef("give one of --creds, --nkey, --user or --token, not %s", strings.Join(given, " and "))
-	case a.password != "" && a.user == "":
+	case a.Password != "" && a.User == "":
 		return usagef("--password needs --user")
-	case (a.tlsCert == "") != (a.tlsKey == ""):
+	case (a.CertFile == "") != (a.KeyFile == ""):
 		return usagef("--tls-cert and --tls-key go together")
 	}
 	return nil
@@ -57,34 +55,17 @@ func (a *authFlags) check() error {
 
 // options maps the flags to client options.
 func (a *authFlags) options() ([]nats.Option, error) {
-	opts := []nats.Option{nats.Name(connName)}
-	switch {
-	case a.creds != "":
-		opts = append(opts, nats.UserCredentials(a.creds))
-	case a.nkey != "":
-		o, err := nats.NkeyOptionFromSeed(a.nkey)
-		if err != nil {
-			return nil, fmt.Errorf("--nkey: %w", err)
-		}
-		opts = append(opts, o)
-	case a.user != "":
-		opts = append(opts, nats.UserInfo(a.user, a.password))
-	case a.token != "":
-		opts = append(opts, nats.Token(a.token))
+	opts, err := a.Auth.Options()
+	if err != nil {
+		return nil, fmt.Errorf("--nkey: %w", err)
 	}
-	if a.tlsCA != "" {
-		opts = append(opts, nats.RootCAs(a.tlsCA))
-	}
-	if a.tlsCert != "" {
-		opts = append(opts, nats.ClientCert(a.tlsCert, a.tlsKey))
-	}
-	return opts, nil
+	return append([]nats.Option{nats.Name(connName)}, opts...), nil
 }
 
 // secrets are the values to keep out of error messages.
 func (a *authFlags) secrets(rawURL string) []string {
-	s := []string{a.password, a.token}
-	for _, u := range parseURLs(rawURL) {
+	s := []string{a.Password, a.Token}
+	for _, u := range cli.ParseServers(rawURL) {
 		if u.User != nil {
 			p, ok := u.User.Password()
 			if !ok {
@@ -96,29 +77,12 @@ func (a *authFlags) secrets(rawURL string) []string {
 	return s
 }
 
-// parseURLs parses the comma-separated server list as nats.Connect reads
-// it (a missing scheme means nats://). Unparseable entries are nil.
-func parseURLs(raw string) []*url.URL {
-	var out []*url.URL
-	for _, s := range strings.Split(raw, ",") {
-		s = strings.TrimSpace(s)
-		if !strings.Contains(s, "://") {
-			s = "nats://" + s
-		}
-		u, err := url.Parse(s)
-		if err != nil || u.Host == "" {
-			u = nil
-		}
-		out = append(out, u)
-	}
-	return out
-}
-
-// checkURL validates --url without echoing it: it may hold credentials.
+// checkURL validates --server without echoing it: it may hold
+// credentials.
 func checkURL(raw string) error {
-	for i, u := range parseURLs(raw) {
+	for i, u := range cli.ParseServers(raw) {
 		if u == nil {
-			return usagef("--url: server %d of the list is not a valid URL", i+1)
+			return usagef("--server: server %d of the list is not a valid URL", i+1)
 		}
 	}
 	return nil
@@ -128,7 +92,7 @@ func checkURL(raw string) error {
 // (url.URL.Redacted masks only a password, not a token given as the user.)
 func redactURL(raw string) string {
 	var out []string
-	for _, u := range parseURLs(raw) {
+	for _, u := range cli.ParseServers(raw) {
 		if u == nil {
 			out = append(out, "[invalid URL]")
 			continue
@@ -158,7 +122,7 @@ func connect(o *options) (*conn, error) {
 	}
 	nc, err := nats.Connect(o.url, opts...)
 	if err != nil {
-		return nil, c.scrub(fmt.Errorf("connect to NATS at %s: %w", redactURL(o.url), err))
+		return nil, c.scrub(fmt.Errorf("cannot reach NATS at %s: %s; is it running there? Give the server with -s/--server or $NATS_URL", redactURL(o.url), cli.ConnectCause(err, o.url)))
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {

@@ -39,7 +39,7 @@ func publishJSONL(o *options, pos []string, stdin io.Reader, stdout io.Writer) e
 		}
 	}
 	if err := subjects.ValidateSubject(o.root); err != nil {
-		return &usageError{msg: "--root: " + err.Error()}
+		return usageMsg("--root: " + err.Error())
 	}
 	where := "" // prefix of line errors: the file, unless stdin
 	r := stdin

@@ -14,63 +14,50 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/sotercare/jetbridge/internal/cli"
 	"github.com/sotercare/jetbridge/producer"
 	"github.com/sotercare/jetbridge/subjects"
 )
 
-const usage = `usage: publish [flags] [PAYLOAD]
-
-Publishes one event to NATS JetStream (or many with --jsonl) and prints what
+const long = `Publish one event to NATS JetStream (or many with --jsonl) and print what
 JetStream stored. PAYLOAD is the message data, sent as is with Content-Type
-application/json; without PAYLOAD or --file it is {}. Flags may come before
-or after PAYLOAD; use -- before a PAYLOAD that starts with "-".
+application/json; without PAYLOAD or --file it is {}. A payload that is not
+JSON is stored with a warning on stderr: routes with format: envelope
+dead-letter it. Flags may come before or after PAYLOAD; use -- before a
+PAYLOAD that starts with "-".
 
-flags:
-  --url URL          NATS server (default $NATS_URL, else nats://127.0.0.1:4222)
-  --subject S        explicit subject
-  --type T           event type, e.g. order.created; without --subject the subject is <root>.<severity>.<type>
-  --severity LEVEL   info | warning | critical (default info; with --subject, the subject's severity)
-  --root ROOT        subject root (default events)
-  --id ID            event id: sent as Nats-Msg-Id and Event-Id (default: a new unique id)
-  --meta K=V         event metadata, repeatable (sent as Event-Meta-K)
-  --file PATH|-      payload from a file or stdin instead of the argument
-  --jsonl PATH|-     many events, one JSON object per line:
-                     {"id","type","severity","subject","metadata":{},"payload":<json>}
-                     Each line carries its own fields; of the event flags only --root applies
-                     (--subject, --type, --severity, --id and --meta are refused). Blank lines
-                     are skipped. The first bad line stops publish with exit 1; the events
-                     before it stay published.
-  --json             print one JSON result per event
-  --creds FILE       NATS user credentials file
-  --nkey FILE        NKey seed file
-  --user USER        user name, with --password PASSWORD
-  --token TOKEN      authentication token
-  --tls-ca FILE      CA certificates to verify the server
-  --tls-cert FILE    client certificate, with --tls-key FILE
+The server is, in this order: -s/--server, $NATS_URL, nats://127.0.0.1:4222.
 
-output, one line per event:
+Output, one line per event:
   stored SUBJECT id=ID stream=NAME seq=N
-  duplicate SUBJECT id=ID stream=NAME seq=N    (the id is already stored inside the
-                                               stream's duplicate window; seq is the original's)
+  duplicate SUBJECT id=ID stream=NAME seq=N   (the id is already stored inside the
+                                              stream's duplicate window; seq is the original's)
   with --json: {"id":"ID","subject":"SUBJECT","stream":"NAME","seq":N,"duplicate":false}
 
-exit status: 0 published (duplicates included), 1 runtime failure (no stream captures
-the subject, NATS unreachable, a bad --jsonl line), 2 bad usage.
+--jsonl reads one JSON object per line:
+  {"id","type","severity","subject","metadata":{},"payload":<json>}
+Each line carries its own fields; of the event flags only --root applies
+(--subject, --type, --severity, --id and --meta are refused). Blank lines are
+skipped. The first bad line stops publish with exit 1; the events before it
+stay published.
 
-examples:
-  publish --type sensor.fall --severity critical --id fall-42 --meta room=12 '{"resident":"r-7"}'
+Exit status: 0 published (duplicates included), 1 runtime failure (no stream
+captures the subject, NATS unreachable, a bad --jsonl line), 2 bad usage.`
+
+const example = `  publish --type sensor.fall --severity critical --id fall-42 --meta room=12 '{"resident":"r-7"}'
     prints: stored events.critical.sensor.fall id=fall-42 stream=EVENTS seq=1
-  publish --subject events.info.order.created --file order.json --json
-  publish --jsonl - < events.jsonl
-`
+  publish --subject events.info.order.created --file examples/order.json --json
+  publish --jsonl examples/events.jsonl
+  publish -s nats://127.0.0.1:4222 --type order.created --jsonl - < examples/events.jsonl`
 
 // defaultURL is the server when neither --url nor $NATS_URL is set.
 const defaultURL = "nats://127.0.0.1:4222"
@@ -82,14 +69,11 @@ const defaultPayload = "{}"
 // publishTimeout bounds one publish, from the request to JetStream's ack.
 const publishTimeout = 10 * time.Second
 
-// usageError is bad usage: exit status 2.
-type usageError struct{ msg string }
+// usagef is bad usage: exit status 2.
+func usagef(format string, args ...any) error { return cli.Usagef(format, args...) }
 
-func (e *usageError) Error() string { return e.msg }
-
-func usagef(format string, args ...any) error {
-	return &usageError{msg: fmt.Sprintf(format, args...)}
-}
+// usageMsg is bad usage with a message as is.
+func usageMsg(msg string) error { return &cli.ExitError{Code: 2, Msg: msg} }
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
@@ -98,21 +82,7 @@ func main() {
 // run runs one command line and returns the exit status. Errors go to
 // stderr as one line starting "publish: ".
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	err := publish(args, stdin, stdout)
-	if err == nil {
-		return 0
-	}
-	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprint(stdout, usage)
-		return 0
-	}
-	// One line, whatever the error wraps.
-	fmt.Fprintln(stderr, "publish: "+strings.Join(strings.Fields(err.Error()), " "))
-	var ue *usageError
-	if errors.As(err, &ue) {
-		return 2
-	}
-	return 1
+	return cli.Execute(newCmd(stdin), args, stdout, stderr)
 }
 
 // options are the parsed flags.
@@ -125,62 +95,35 @@ type options struct {
 	set                                   map[string]bool // flags given on the command line
 }
 
-// parseArgs parses flags placed before and after the positional arguments.
-func parseArgs(args []string) (*options, []string, error) {
+func newCmd(stdin io.Reader) *cobra.Command {
 	o := &options{}
-	fs := flag.NewFlagSet("publish", flag.ContinueOnError)
-	fs.SetOutput(io.Discard) // run prints the error or the usage
-	fs.Usage = func() {}
-	fs.StringVar(&o.url, "url", "", "")
-	fs.StringVar(&o.subject, "subject", "", "")
-	fs.StringVar(&o.typ, "type", "", "")
-	fs.StringVar(&o.severity, "severity", "info", "")
-	fs.StringVar(&o.root, "root", "events", "")
-	fs.StringVar(&o.id, "id", "", "")
-	fs.Func("meta", "", func(s string) error { o.meta = append(o.meta, s); return nil })
-	fs.StringVar(&o.file, "file", "", "")
-	fs.StringVar(&o.jsonl, "jsonl", "", "")
-	fs.BoolVar(&o.json, "json", false, "")
-	o.auth.register(fs)
-
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, nil, err
-			}
-			return nil, nil, &usageError{msg: err.Error()}
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			break
-		}
-		// Parse stops at the first positional argument, or after "--":
-		// everything after "--" is positional.
-		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
-			pos = append(pos, rest...)
-			break
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
+	c := cli.NewRoot("publish [flags] [PAYLOAD]", "publish events to NATS JetStream", long)
+	c.Example = example
+	c.Args = cobra.ArbitraryArgs
+	c.RunE = func(c *cobra.Command, pos []string) error {
+		o.set = map[string]bool{}
+		c.Flags().Visit(func(f *pflag.Flag) { o.set[f.Name] = true })
+		o.url, _ = cli.Server(o.url, "", defaultURL)
+		return publish(o, pos, stdin, c.OutOrStdout(), c.ErrOrStderr())
 	}
-	o.set = map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
-	if o.url == "" {
-		o.url = os.Getenv("NATS_URL")
-	}
-	if o.url == "" {
-		o.url = defaultURL
-	}
-	return o, pos, nil
+	f := c.Flags()
+	f.SortFlags = false
+	cli.ServerFlag(f, &o.url, cli.ServerUsage+" (default $NATS_URL, else "+defaultURL+")", "url")
+	f.StringVar(&o.subject, "subject", "", "explicit subject")
+	f.StringVar(&o.typ, "type", "", "event type, e.g. order.created; without --subject the subject is <root>.<severity>.<type>")
+	f.StringVar(&o.severity, "severity", "info", "info | warning | critical (with --subject: the subject's severity)")
+	f.StringVar(&o.root, "root", "events", "subject root")
+	f.StringVar(&o.id, "id", "", "event id: sent as Nats-Msg-Id and Event-Id (default: a new unique id)")
+	f.StringArrayVar(&o.meta, "meta", nil, "event metadata K=V, repeatable (sent as Event-Meta-K)")
+	f.StringVar(&o.file, "file", "", "payload from a file, or - for stdin, instead of PAYLOAD")
+	f.StringVar(&o.jsonl, "jsonl", "", "many events from a file (or - for stdin), one JSON object per line")
+	f.BoolVar(&o.json, "json", false, "print one JSON result per event")
+	o.auth.register(f)
+	return c
 }
 
-// publish runs the command; a *usageError means exit status 2.
-func publish(args []string, stdin io.Reader, stdout io.Writer) error {
-	o, pos, err := parseArgs(args)
-	if err != nil {
-		return err
-	}
+// publish runs the command; an error with exit code 2 is bad usage.
+func publish(o *options, pos []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if err := checkURL(o.url); err != nil {
 		return err
 	}
@@ -198,11 +141,14 @@ func publish(args []string, stdin io.Reader, stdout io.Writer) error {
 	// event (bad usage) and fixes its id and subject.
 	msg, err := producer.NewPublisher(nil, o.root).Message(ev)
 	if err != nil {
-		return &usageError{msg: flagOf(err) + trimBridge(err)}
+		return usageMsg(flagOf(err) + trimBridge(err))
 	}
 	ev.ID = msg.Header.Get(producer.HeaderEventID)
 	if ev.Payload, err = o.payload(pos, stdin); err != nil {
 		return err
+	}
+	if !json.Valid(ev.Payload) {
+		fmt.Fprintln(stderr, "publish: warning: the payload is not JSON; it is stored as is, but routes whose destination has format: envelope dead-letter it (reason invalid-event); use format: raw for non-JSON data")
 	}
 	c, err := connect(o)
 	if err != nil {
@@ -226,25 +172,25 @@ func (o *options) event(pos []string) (producer.Event, error) {
 	case o.set["file"] && o.file == "":
 		return producer.Event{}, usagef("--file: empty path (use - for stdin)")
 	case o.typ == "" && o.subject == "":
-		return producer.Event{}, usagef("give --type or --subject (see publish -h)")
+		return producer.Event{}, usagef("give --type or --subject (see publish --help)")
 	}
 	sev, err := parseSeverity(o.severity)
 	if err != nil {
-		return producer.Event{}, &usageError{msg: "--severity: " + err.Error()}
+		return producer.Event{}, usageMsg("--severity: " + err.Error())
 	}
 	if o.subject != "" && !o.set["severity"] {
 		sev = "" // the publisher's default: the subject's severity, else INFO
 	}
 	if o.subject != "" {
 		if err := subjects.ValidateSubject(o.subject); err != nil {
-			return producer.Event{}, &usageError{msg: "--subject: " + err.Error()}
+			return producer.Event{}, usageMsg("--subject: " + err.Error())
 		}
 	} else {
 		if err := subjects.ValidateSubject(o.root); err != nil {
-			return producer.Event{}, &usageError{msg: "--root: " + err.Error()}
+			return producer.Event{}, usageMsg("--root: " + err.Error())
 		}
 		if _, err := subjects.Name(o.root, sev, o.typ); err != nil {
-			return producer.Event{}, &usageError{msg: "--type: " + err.Error()}
+			return producer.Event{}, usageMsg("--type: " + err.Error())
 		}
 	}
 	meta, err := parseMeta(o.meta)
@@ -342,11 +288,7 @@ type result struct {
 func printResult(w io.Writer, asJSON bool, r producer.PublishResult) error {
 	var err error
 	if asJSON {
-		var b []byte
-		b, err = json.Marshal(result{ID: r.ID, Subject: r.Subject, Stream: r.Stream, Seq: r.Seq, Duplicate: r.Duplicate})
-		if err == nil {
-			_, err = fmt.Fprintf(w, "%s\n", b)
-		}
+		err = cli.WriteJSON(w, result{ID: r.ID, Subject: r.Subject, Stream: r.Stream, Seq: r.Seq, Duplicate: r.Duplicate})
 	} else {
 		word := "stored"
 		if r.Duplicate {

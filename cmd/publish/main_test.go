@@ -150,12 +150,12 @@ func TestPublishHeaders(t *testing.T) {
 		},
 		{
 			name:        "explicit severity wins over the subject's",
-			args:        []string{"--subject", "events.info.note", "--severity", "Warning", "--type", "care.note", "--id", "h-3", "x"},
+			args:        []string{"--subject", "events.info.note", "--severity", "Warning", "--type", "care.note", "--id", "h-3", `"x"`},
 			wantSubject: "events.info.note",
 			wantHeaders: map[string]string{
 				"Event-Id": "h-3", "Event-Type": "care.note", "Event-Severity": "WARNING",
 			},
-			wantData: "x",
+			wantData: `"x"`,
 		},
 		{
 			name:        "default severity info and custom root",
@@ -399,6 +399,26 @@ func TestPublishURLFromEnvironment(t *testing.T) {
 	}
 }
 
+// The server is -s/--server (or its old spelling --url), else $NATS_URL.
+func TestPublishServerPrecedence(t *testing.T) {
+	s := startStream(t)
+	dead := "nats://127.0.0.1:1"
+	t.Setenv("NATS_URL", dead)
+	for _, flag := range []string{"--server", "-s", "--url", "-server"} {
+		if o := runPublish(t, "", flag, s.url, "--type", "a.b"); o.code != 0 {
+			t.Errorf("%s over $NATS_URL: exit %d, stderr %q", flag, o.code, o.stderr)
+		}
+	}
+	o := runPublish(t, "", "--type", "a.b")
+	if o.code != 1 || !strings.Contains(o.stderr, "cannot reach NATS at "+dead+": ") {
+		t.Errorf("$NATS_URL without a flag: exit %d, stderr %q", o.code, o.stderr)
+	}
+	t.Setenv("NATS_URL", s.url)
+	if o := runPublish(t, "", "--server", dead, "--type", "a.b"); o.code != 1 || !strings.Contains(o.stderr, dead) {
+		t.Errorf("--server must win over $NATS_URL: exit %d, stderr %q", o.code, o.stderr)
+	}
+}
+
 func TestPublishBadUsage(t *testing.T) {
 	tests := []struct {
 		name string
@@ -423,7 +443,7 @@ func TestPublishBadUsage(t *testing.T) {
 		{"bad type", []string{"--type", "a..b"}, "--type"},
 		{"bad root", []string{"--root", "a b", "--type", "x"}, "--root"},
 		{"id with newline", []string{"--type", "a", "--id", "a\nb"}, "--id"},
-		{"bad URL", []string{"--type", "a", "--url", "nats://u:p@[::1"}, "--url"},
+		{"bad URL", []string{"--type", "a", "--url", "nats://u:p@[::1"}, "--server"},
 		{"two auth methods", []string{"--type", "a", "--token", "t", "--user", "u"}, "not --user and --token"},
 		{"password without user", []string{"--type", "a", "--password", "p"}, "--password"},
 		{"cert without key", []string{"--type", "a", "--tls-cert", "c.pem"}, "--tls-key"},
@@ -447,12 +467,23 @@ func TestPublishBadUsage(t *testing.T) {
 	}
 }
 
-func TestPublishHelp(t *testing.T) {
-	for _, arg := range []string{"-h", "--help"} {
-		o := runPublish(t, "", arg)
-		if o.code != 0 || !strings.HasPrefix(o.stdout, "usage: publish [flags] [PAYLOAD]") || !strings.Contains(o.stdout, "examples:") {
-			t.Errorf("%s: exit %d, stdout %q", arg, o.code, o.stdout)
-		}
+// A payload that is not JSON is stored, with a warning on stderr that
+// envelope destinations will dead-letter it; a JSON one gets no warning.
+func TestPublishWarnsOnNonJSONPayload(t *testing.T) {
+	s := startStream(t)
+	o := runPublish(t, "", "--server", s.url, "--type", "a.b", "--id", "nj-1", "not json")
+	if o.code != 0 || !strings.HasPrefix(o.stdout, "stored events.info.a.b id=nj-1 ") {
+		t.Fatalf("exit %d, stdout %q, stderr %q: want it stored", o.code, o.stdout, o.stderr)
+	}
+	if !strings.HasPrefix(o.stderr, "publish: warning: the payload is not JSON") || !strings.Contains(o.stderr, "format: envelope") ||
+		!strings.Contains(o.stderr, "format: raw") || strings.Count(o.stderr, "\n") != 1 || strings.Contains(o.stderr, "not json") {
+		t.Errorf("stderr %q: want one warning naming the cause and the fix, without the payload", o.stderr)
+	}
+	if got := string(s.get(t, 1).Data); got != "not json" {
+		t.Errorf("stored %q", got)
+	}
+	if o := runPublish(t, "", "--server", s.url, "--type", "a.b", `{"ok":1}`); o.code != 0 || o.stderr != "" {
+		t.Errorf("JSON payload: exit %d, stderr %q", o.code, o.stderr)
 	}
 }
 
@@ -475,8 +506,9 @@ func TestPublishConnectFailureHidesSecrets(t *testing.T) {
 			if o.code != 1 {
 				t.Errorf("exit %d, want 1", o.code)
 			}
-			if !strings.HasPrefix(o.stderr, "publish: connect to NATS at nats://") || !strings.Contains(o.stderr, "127.0.0.1:1") {
-				t.Errorf("stderr %q, want the connection failure naming the server", o.stderr)
+			if !strings.HasPrefix(o.stderr, "publish: cannot reach NATS at nats://") || !strings.Contains(o.stderr, "127.0.0.1:1: ") ||
+				!strings.Contains(o.stderr, "connection refused") || !strings.Contains(o.stderr, "--server") {
+				t.Errorf("stderr %q, want the connection failure naming the server, the cause and the fix", o.stderr)
 			}
 			for _, leak := range []string{tt.secret, "payload-canary"} {
 				if strings.Contains(o.stderr, leak) {
@@ -497,6 +529,21 @@ func TestRedactURL(t *testing.T) {
 	for _, tt := range tests {
 		if got := redactURL(tt.in); got != tt.want {
 			t.Errorf("redactURL(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+// The files the README publishes (examples/) are valid as they are.
+func TestPublishExampleFiles(t *testing.T) {
+	s := startStream(t)
+	out := mustPublish(t, "", "--server", s.url, "--jsonl", "../../examples/events.jsonl")
+	if n := len(parseLines(t, out)); n != 4 {
+		t.Errorf("examples/events.jsonl published %d events, want 4:\n%s", n, out)
+	}
+	for _, f := range []string{"order.json", "reading.json"} {
+		o := runPublish(t, "", "--server", s.url, "--type", "example.file", "--file", "../../examples/"+f)
+		if o.code != 0 || o.stderr != "" {
+			t.Errorf("examples/%s: exit %d, stderr %q (want JSON, no warning)", f, o.code, o.stderr)
 		}
 	}
 }

@@ -3,7 +3,7 @@
 // to JetStream, where jetbridge picks up the caregiver alerts
 // (config/sotercare.yaml).
 //
-//	sotercare [--listen 127.0.0.1:8080] [--nats-url URL] [--root events]
+//	sotercare [--listen 127.0.0.1:8080] [-s URL] [--root events]
 //
 // It starts even while NATS is unreachable (readings are answered 503
 // until it connects) and stops cleanly on SIGINT/SIGTERM: it stops
@@ -15,11 +15,9 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
-	"net/url"
 	"os"
 	"os/signal"
 	"syscall"
@@ -28,7 +26,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
 
+	"github.com/sotercare/jetbridge/config"
+	"github.com/sotercare/jetbridge/internal/cli"
+	"github.com/sotercare/jetbridge/internal/cli/logs"
 	"github.com/sotercare/jetbridge/internal/sotercare"
 	"github.com/sotercare/jetbridge/producer"
 )
@@ -48,50 +50,58 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return runWith(ctx, args, stdout, stderr, sotercare.DefaultServerLimits)
 }
 
+const long = `Run the SoterCare API: it takes sensor readings over HTTP (POST
+/api/v1/events, GET /api/v1/health), classifies them and publishes every
+valid one to JetStream on <root>.<severity>.care.<route>.<eventType>, where
+jetbridge picks up the caregiver alerts (config/sotercare.yaml).
+
+The server is, in this order: -s/--server, $NATS_URL, nats://127.0.0.1:4222.
+It starts even while NATS is unreachable (readings are answered 503 until
+it connects) and stops cleanly on SIGINT/SIGTERM.`
+
+const example = `  sotercare
+  sotercare --listen 127.0.0.1:8080 -s nats://127.0.0.1:4222 --root events
+  NATS_URL=nats://nats.internal:4222 sotercare --log-format json`
+
+// options are the flags of sotercare.
+type options struct {
+	listen, server, root, logFormat string
+	timeout                         time.Duration
+}
+
 // runWith is run with the HTTP server limits that limits gives for the
 // publish timeout.
 func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, limits func(publishTimeout time.Duration) sotercare.ServerLimits) int {
-	fs := flag.NewFlagSet("sotercare", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	defaultURL := os.Getenv("NATS_URL")
-	if defaultURL == "" {
-		defaultURL = nats.DefaultURL
-	}
-	listen := fs.String("listen", "127.0.0.1:8080", "address of the HTTP API")
-	natsURL := fs.String("nats-url", defaultURL, "NATS server ($NATS_URL when set)")
-	root := fs.String("root", "events", "subject root: subjects are <root>.<severity>.care.<route>.<eventType>")
-	timeout := fs.Duration("publish-timeout", sotercare.DefaultPublishTimeout, "how long to wait for JetStream to store a reading")
-	logFormat := fs.String("log-format", "console", "console | json")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
+	var o options
+	c := cli.NewRoot("sotercare", "the SoterCare API: sensor readings in, events to JetStream", long)
+	c.Example = example
+	c.Args = cli.NoArgs
+	c.RunE = func(c *cobra.Command, _ []string) error {
+		switch {
+		case o.logFormat != "console" && o.logFormat != "json":
+			return cli.Usagef("--log-format %q: want console or json", o.logFormat)
+		case o.timeout <= 0:
+			return cli.Usagef("--publish-timeout %s: must be positive", o.timeout)
 		}
-		return 2
+		if err := validRoot(o.root); err != nil {
+			return cli.Usagef("%v", err)
+		}
+		log, _ := logs.New(o.logFormat, "info", "sotercare", c.OutOrStdout())
+		url, _ := cli.Server(o.server, "", nats.DefaultURL)
+		return serve(ctx, o.listen, url, o.root, o.timeout, limits(o.timeout), log)
 	}
-	switch {
-	case fs.NArg() > 0:
-		fmt.Fprintf(stderr, "sotercare: no arguments expected, got %q\n", fs.Arg(0))
-		return 2
-	case *logFormat != "console" && *logFormat != "json":
-		fmt.Fprintf(stderr, "sotercare: --log-format %q: want console or json\n", *logFormat)
-		return 2
-	case *timeout <= 0:
-		fmt.Fprintf(stderr, "sotercare: --publish-timeout %s: must be positive\n", *timeout)
-		return 2
-	}
-	if err := validRoot(*root); err != nil {
-		fmt.Fprintln(stderr, "sotercare: "+err.Error())
-		return 2
-	}
-	log := newLogger(*logFormat, stdout)
-	if err := serve(ctx, *listen, *natsURL, *root, *timeout, limits(*timeout), log); err != nil {
-		fmt.Fprintln(stderr, "sotercare: "+err.Error())
-		return 1
-	}
-	return 0
+	f := c.Flags()
+	f.StringVarP(&o.listen, "listen", "l", "127.0.0.1:8080", "address of the HTTP API")
+	cli.ServerFlag(f, &o.server, cli.ServerUsage+" (default $NATS_URL, else "+nats.DefaultURL+")", "nats-url")
+	f.StringVar(&o.root, "root", "events", "subject root: subjects are <root>.<severity>.care.<route>.<eventType>")
+	f.DurationVar(&o.timeout, "publish-timeout", sotercare.DefaultPublishTimeout, "how long to wait for JetStream to store a reading")
+	f.StringVar(&o.logFormat, "log-format", "console", "console | json")
+	return cli.Execute(c, args, stdout, stderr)
 }
 
 func serve(ctx context.Context, listen, natsURL, root string, timeout time.Duration, limits sotercare.ServerLimits, log zerolog.Logger) error {
+	shown := config.Secret(natsURL).RedactedURL()
+	unreachable := &cli.FallingRate{}
 	nc, err := nats.Connect(natsURL,
 		nats.Name("sotercare"),
 		nats.RetryOnFailedConnect(true), // start without NATS; readings get 503 until it is there
@@ -100,16 +110,25 @@ func serve(ctx context.Context, listen, natsURL, root string, timeout time.Durat
 		// No reconnect buffer: a reading published while disconnected fails
 		// at once (503) instead of being sent later behind the caller's back.
 		nats.ReconnectBufSize(-1),
-		nats.ConnectHandler(func(*nats.Conn) { log.Info().Msg("connected to NATS") }),
+		nats.ConnectHandler(func(*nats.Conn) { unreachable.Reset(); log.Info().Str("nats", shown).Msg("connected to NATS") }),
+		// While NATS cannot be reached (at start or after a loss), say so
+		// at once and then ever more rarely, with the cause.
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			cause := cli.ConnectCause(err, natsURL)
+			if n, ok := unreachable.Next(cause); ok {
+				log.Warn().Str("nats", shown).Str("error", cause).Int("attempts", n).
+					Msg("cannot reach NATS; readings are answered 503 until it connects (set the server with -s/--server or $NATS_URL)")
+			}
+		}),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				log.Warn().Str("error", err.Error()).Msg("disconnected from NATS; reconnecting")
 			}
 		}),
-		nats.ReconnectHandler(func(*nats.Conn) { log.Info().Msg("reconnected to NATS") }),
+		nats.ReconnectHandler(func(*nats.Conn) { unreachable.Reset(); log.Info().Str("nats", shown).Msg("reconnected to NATS") }),
 	)
 	if err != nil {
-		return fmt.Errorf("--nats-url: %w", err)
+		return fmt.Errorf("--server %s: %w", shown, err)
 	}
 	defer func() {
 		if err := nc.Drain(); err != nil {
@@ -124,13 +143,16 @@ func serve(ctx context.Context, listen, natsURL, root string, timeout time.Durat
 
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
-		return fmt.Errorf("--listen: %w", err)
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("--listen %s: the address is already in use (another sotercare?); stop it or pick another address with --listen", listen)
+		}
+		return fmt.Errorf("--listen %s: %w", listen, err)
 	}
 	// Slow or idle clients are cut off (see the README's Security section).
 	srv := sotercare.NewServer(h, limits)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	log.Info().Str("addr", ln.Addr().String()).Str("nats", redact(natsURL)).Str("root", root).
+	log.Info().Str("addr", ln.Addr().String()).Str("nats", shown).Str("root", root).
 		Msg("SoterCare API listening: POST /api/v1/events, GET /api/v1/health")
 
 	select {
@@ -156,33 +178,4 @@ func validRoot(root string) error {
 		return fmt.Errorf("--root %q: %w", root, err)
 	}
 	return nil
-}
-
-// redact hides the user info of a NATS URL for logging.
-func redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	if u.User != nil {
-		u.User = url.User("REDACTED")
-	}
-	return u.String()
-}
-
-func newLogger(format string, w io.Writer) zerolog.Logger {
-	zerolog.TimeFieldFormat = time.RFC3339Nano
-	if format == "console" {
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000", NoColor: !isTerminal(w)}
-	}
-	return zerolog.New(w).With().Timestamp().Str("service", "sotercare").Logger()
-}
-
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }

@@ -149,12 +149,68 @@ func TestServeWithoutNATS(t *testing.T) {
 	}
 	nowhere := "nats://" + l.Addr().String()
 	l.Close()
-	s := start(t, "--nats-url", nowhere)
+	s := start(t, "--server", "nats://sc-user:sc-Secret-pw@"+strings.TrimPrefix(nowhere, "nats://"))
 	if code, body := s.post(t, fall); code != http.StatusServiceUnavailable || body != `{"code":"BROKER_UNAVAILABLE"}`+"\n" {
 		t.Fatalf("post: %d %s, want 503", code, body)
 	}
+	// The log says so at once: the URL without its credentials, the cause
+	// and how to point it elsewhere.
+	natstest.Eventually(t, 5*time.Second, func() error {
+		for line := range strings.Lines(s.stdout.String()) {
+			if strings.Contains(line, "cannot reach NATS") && strings.Contains(line, strings.TrimPrefix(nowhere, "nats://")) &&
+				strings.Contains(line, "connection refused") && strings.Contains(line, "--server") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no \"cannot reach NATS\" line yet")
+	})
+	if logs := s.stdout.String(); strings.Contains(logs, "sc-Secret-pw") || strings.Contains(logs, "sc-user") {
+		t.Errorf("the logs carry the URL's credentials:\n%s", logs)
+	}
 	if code := s.stop(); code != 0 {
 		t.Fatalf("exit code %d, want 0", code)
+	}
+}
+
+// The server is -s/--server (or its old spelling --nats-url), else
+// $NATS_URL; the readings reach the one that was chosen.
+func TestServerPrecedence(t *testing.T) {
+	srv := natstest.Start(t)
+	_, js := natstest.Connect(t, srv.URL())
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "nats://" + l.Addr().String()
+	l.Close()
+	n := 0
+	reading := func() string {
+		n++
+		return strings.Replace(fall, "fall-0001", fmt.Sprintf("fall-p%d", n), 1)
+	}
+
+	t.Setenv("NATS_URL", dead)
+	for _, flag := range []string{"--server", "-s", "--nats-url"} {
+		s := start(t, flag, srv.URL())
+		if code, body := s.post(t, reading()); code != http.StatusAccepted {
+			t.Errorf("%s over $NATS_URL: %d %s", flag, code, body)
+		}
+		s.stop()
+	}
+	t.Setenv("NATS_URL", srv.URL())
+	s := start(t)
+	if code, body := s.post(t, reading()); code != http.StatusAccepted {
+		t.Errorf("$NATS_URL without a flag: %d %s", code, body)
+	}
+	s.stop()
+	s = start(t, "--server", dead)
+	if code, _ := s.post(t, reading()); code != http.StatusServiceUnavailable {
+		t.Errorf("--server must win over $NATS_URL: %d", code)
 	}
 }
 

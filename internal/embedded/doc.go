@@ -12,6 +12,10 @@
 //   - The JetStream store directory is always explicit. Start rejects an
 //     empty StoreDir, so the server never falls back to the shared
 //     $TMPDIR/nats/jetstream directory that other instances would collide on.
+//   - One server per store directory. Start takes an exclusive lock on a
+//     lock file in it (flock, dropped by the kernel if the process dies) and
+//     Shutdown releases it; a second server on the same directory is
+//     refused with ErrStoreDirLocked.
 //   - The client listener is on a loopback address unless the caller opts out
 //     with AllowNonLoopback.
 //

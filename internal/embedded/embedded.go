@@ -28,7 +28,40 @@ var (
 	// ErrNotLoopback: Options.Listen names a host that is not a loopback
 	// address and AllowNonLoopback is false.
 	ErrNotLoopback = errors.New("embedded: listen host is not a loopback address")
+	// ErrStoreDirLocked: another embedded server (in this process or
+	// another) holds Options.StoreDir; the error is a *StoreDirLockedError.
+	ErrStoreDirLocked = errors.New("embedded: store dir is in use by another embedded server")
 )
+
+// AddrInUseError is the error of Start when a listen address is taken.
+// It matches syscall.EADDRINUSE with errors.Is.
+type AddrInUseError struct {
+	Addr string // host:port
+	Err  error  // the listener's error
+}
+
+func (e *AddrInUseError) Error() string {
+	return fmt.Sprintf("embedded: listen address %s is already in use", e.Addr)
+}
+
+func (e *AddrInUseError) Unwrap() error { return e.Err }
+
+// StoreDirLockedError is the error of Start when another embedded server
+// holds the store directory. It matches ErrStoreDirLocked.
+type StoreDirLockedError struct {
+	Dir string // absolute
+	PID int    // the holder's process id, 0 when unknown
+}
+
+func (e *StoreDirLockedError) Error() string {
+	holder := "another embedded server"
+	if e.PID > 0 {
+		holder += fmt.Sprintf(" (process %d)", e.PID)
+	}
+	return fmt.Sprintf("embedded: store dir %s is in use by %s", e.Dir, holder)
+}
+
+func (e *StoreDirLockedError) Is(target error) bool { return target == ErrStoreDirLocked }
 
 // errStartTimeout is the cause when DefaultStartTimeout ends Start; it
 // matches context.DeadlineExceeded like a caller's own deadline does.
@@ -85,6 +118,7 @@ type Server struct {
 	ns   *server.Server
 	addr string
 	url  string
+	lock *storeLock
 }
 
 // Start validates opts, starts the server with JetStream and waits until it
@@ -92,8 +126,11 @@ type Server struct {
 // DefaultStartTimeout, whichever ends first; on any failure the partly
 // started server is shut down before Start returns.
 //
-// If the requested port is already in use the error says so and wraps the
-// listener error (errors.Is(err, syscall.EADDRINUSE) holds).
+// If the requested port is already in use the error is an *AddrInUseError
+// (errors.Is(err, syscall.EADDRINUSE) holds). The store directory is locked
+// (a lock file in it) for as long as the server runs: a second server on
+// the same directory gets a *StoreDirLockedError (ErrStoreDirLocked)
+// instead of sharing, and corrupting, the first one's files.
 func Start(ctx context.Context, opts Options) (*Server, error) {
 	host, port, err := parseListen(opts.Listen, opts.AllowNonLoopback)
 	if err != nil {
@@ -125,6 +162,16 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	lock, err := lockStoreDir(storeDir)
+	if err != nil {
+		return nil, err
+	}
+	started := false
+	defer func() {
+		if !started {
+			lock.release()
+		}
+	}()
 	var routes []*url.URL
 	if opts.Cluster != nil {
 		routes, err = routeURLs(opts.Cluster.Routes)
@@ -159,7 +206,18 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded: server %q options: %w", name, err)
 	}
-	log := &logAdapter{logf: opts.Logf}
+	srv, err := run(ctx, ns, opts.Logf, name, hostPort, storeDir)
+	if err != nil {
+		return nil, err
+	}
+	started = true
+	srv.lock = lock
+	return srv, nil
+}
+
+// run starts ns and waits until it is ready; on failure it is shut down.
+func run(ctx context.Context, ns *server.Server, logf func(string, ...any), name, hostPort, storeDir string) (*Server, error) {
+	log := &logAdapter{logf: logf}
 	ns.SetLoggerV2(log, false, false, false)
 
 	ctx, cancel := context.WithTimeoutCause(ctx, DefaultStartTimeout, errStartTimeout)
@@ -232,6 +290,7 @@ func (s *Server) NATS() *server.Server { return s.ns }
 func (s *Server) Shutdown() {
 	s.ns.Shutdown()
 	s.ns.WaitForShutdown()
+	s.lock.release()
 }
 
 // parseListen splits and checks Options.Listen. It returns the host to bind
@@ -301,7 +360,7 @@ func probeListen(hostPort string) error {
 	l, err := net.Listen("tcp", hostPort)
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
-			return fmt.Errorf("embedded: listen address %s is already in use: %w", hostPort, err)
+			return &AddrInUseError{Addr: hostPort, Err: err}
 		}
 		return fmt.Errorf("embedded: cannot listen on %s: %w", hostPort, err)
 	}

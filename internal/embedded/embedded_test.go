@@ -3,7 +3,9 @@ package embedded_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -180,8 +182,9 @@ func TestStartBusyPort(t *testing.T) {
 	if !errors.Is(err, syscall.EADDRINUSE) {
 		t.Fatalf("err = %v, want EADDRINUSE", err)
 	}
-	if !strings.Contains(err.Error(), "already in use") || !strings.Contains(err.Error(), l.Addr().String()) {
-		t.Fatalf("err = %q, want it to name the address and say it is in use", err)
+	if !strings.Contains(err.Error(), "already in use") || !strings.Contains(err.Error(), l.Addr().String()) ||
+		strings.Count(err.Error(), "in use") != 1 {
+		t.Fatalf("err = %q, want it to name the address and say once that it is in use", err)
 	}
 }
 
@@ -213,4 +216,41 @@ func TestLogf(t *testing.T) {
 		}
 	}
 	t.Fatalf("no \"[INF] Server is ready\" line in %d lines", len(lines))
+}
+
+// Two servers on one store directory would share and corrupt its files:
+// the second is refused with an error naming the directory and the
+// holder; another directory, or the same one after the first stopped,
+// starts.
+func TestStartRefusesALockedStoreDir(t *testing.T) {
+	dir := t.TempDir()
+	s1, err := embedded.Start(t.Context(), embedded.Options{StoreDir: dir})
+	if err != nil {
+		t.Fatalf("first Start: %v", err)
+	}
+	t.Cleanup(s1.Shutdown)
+
+	_, err = embedded.Start(t.Context(), embedded.Options{StoreDir: dir})
+	var locked *embedded.StoreDirLockedError
+	if !errors.Is(err, embedded.ErrStoreDirLocked) || !errors.As(err, &locked) {
+		t.Fatalf("second Start on the same dir: err = %v, want ErrStoreDirLocked", err)
+	}
+	if locked.PID != os.Getpid() || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), fmt.Sprintf("process %d", os.Getpid())) {
+		t.Errorf("err = %q (pid %d), want it to name %s and this process", err, locked.PID, dir)
+	}
+
+	// Control: the refusal is about the directory, not a second server.
+	s2, err := embedded.Start(t.Context(), embedded.Options{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("Start on another dir: %v", err)
+	}
+	s2.Shutdown()
+
+	// The lock goes with the server.
+	s1.Shutdown()
+	s3, err := embedded.Start(t.Context(), embedded.Options{StoreDir: dir})
+	if err != nil {
+		t.Fatalf("Start after the first stopped: %v", err)
+	}
+	s3.Shutdown()
 }
