@@ -122,7 +122,7 @@ routes:
 	// Not ready while disconnected from NATS.
 	h.srv.Shutdown()
 	waitUntil(5*time.Second, func() bool { code, _ := get(t, admin.URL+"/readyz"); return code == 503 })
-	if code, body := get(t, admin.URL+"/readyz"); code != 503 || !strings.Contains(body, "disconnected") {
+	if code, body := get(t, admin.URL+"/readyz"); code != 503 || !strings.Contains(body, "cannot reach NATS at") {
 		t.Errorf("/readyz with the server down = %d %s, want 503 with a reason", code, body)
 	}
 	h.srv.Restart(t)

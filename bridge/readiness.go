@@ -30,11 +30,15 @@ func (b *Bridge) Readiness() error {
 		return err
 	}
 	if nc := b.js.Conn(); nc != nil && !nc.IsConnected() {
-		reason := "disconnected from NATS: " + nc.Status().String()
-		if cause := natsCause(nc.LastError()); cause != "" {
-			reason = "disconnected from NATS: " + cause
+		at := "the embedded JetStream server"
+		if u := b.cfg.NATS.URL.RedactedURL(); u != "" {
+			at = u
 		}
-		return errors.New(reason)
+		cause := natsCause(nc.LastError())
+		if cause == "" {
+			cause = nc.Status().String()
+		}
+		return errors.New("cannot reach NATS at " + at + " (reconnecting): " + cause)
 	}
 	return b.health.reason(b.routes)
 }

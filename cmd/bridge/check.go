@@ -184,6 +184,7 @@ type checkDestination struct {
 	StatusRetry    string `json:"status_retry"`
 	CircuitBreaker string `json:"circuit_breaker"`
 	Signed         string `json:"signed"`
+	FlowControl    string `json:"flow_control"`
 }
 
 // natsText is where the configuration's NATS is, without secrets; source
@@ -236,7 +237,30 @@ func destinationRow(name string, d *config.Destination) checkDestination {
 	if d.Signing != nil && len(d.Signing.Secrets) > 0 {
 		signed = fmt.Sprintf("yes (%d key)", len(d.Signing.Secrets))
 	}
-	return checkDestination{name, d.URL.RedactedURL(), string(d.Format), d.Timeout.String(), tr, sr, cb, signed}
+	return checkDestination{name, d.URL.RedactedURL(), string(d.Format), d.Timeout.String(), tr, sr, cb, signed, flowText(d)}
+}
+
+// flowText is a destination's flow control (README "Flow control") in
+// one text; "off" when none is configured (slow start always applies).
+func flowText(d *config.Destination) string {
+	var parts []string
+	if rl := d.RateLimit; rl != nil {
+		parts = append(parts, fmt.Sprintf("rate %d/%s burst %d", rl.Requests, rl.Per, rl.Burst))
+	}
+	if c := d.Concurrency; c != nil {
+		if c.Adaptive {
+			parts = append(parts, fmt.Sprintf("concurrency adaptive %d..%d, severity first", c.Min, c.Max))
+		} else {
+			parts = append(parts, fmt.Sprintf("concurrency %d, severity first", c.Max))
+		}
+	}
+	if b := d.RetryBudget; b != nil {
+		parts = append(parts, fmt.Sprintf("retries <= %g of requests + %d/s", b.Ratio, b.MinPerSecond))
+	}
+	if len(parts) == 0 {
+		return "off"
+	}
+	return strings.Join(parts, "; ")
 }
 
 // printRoutingTable writes the routes and the policies of their
@@ -265,10 +289,10 @@ func printRoutingTable(w io.Writer, cfg *config.Config, source string) {
 
 	fmt.Fprintln(w, "\ndestinations:")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  DESTINATION\tURL\tFORMAT\tTIMEOUT\tTRANSPORT RETRY\tSTATUS RETRY\tCIRCUIT BREAKER\tSIGNED")
+	fmt.Fprintln(tw, "  DESTINATION\tURL\tFORMAT\tTIMEOUT\tTRANSPORT RETRY\tSTATUS RETRY\tCIRCUIT BREAKER\tSIGNED\tFLOW CONTROL")
 	for _, name := range cfg.DestinationNames() {
 		d := destinationRow(name, cfg.Destinations[name])
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Name, d.URL, d.Format, d.Timeout, d.TransportRetry, d.StatusRetry, d.CircuitBreaker, d.Signed)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Name, d.URL, d.Format, d.Timeout, d.TransportRetry, d.StatusRetry, d.CircuitBreaker, d.Signed, d.FlowControl)
 	}
 	tw.Flush()
 }

@@ -138,7 +138,7 @@ func (e *dlqEnv) reject(subject string) string {
 	return id
 }
 
-// craft stores a dead letter directly, with the CONTRACT 4.3 headers.
+// craft stores a dead letter directly, with the headers of the README's "Dead letters" section.
 func (e *dlqEnv) craft(route, subject, id string, data []byte, extra map[string]string) uint64 {
 	e.t.Helper()
 	h := nats.Header{}
@@ -329,7 +329,7 @@ func TestDLQShow(t *testing.T) {
 	jsonSeq := e.craft("rb", "events.critical.b.x", "ev-json", []byte(`{"patient":"p-1","readings":[1,2]}`), map[string]string{bridge.HeaderStatus: "410", "X-Custom": "custom-value"})
 	textSeq := e.craft("rb", "events.critical.b.y", "ev-text", []byte("plain text"), nil)
 
-	// The bridge's own dead letter: every CONTRACT 4.3 header, no payload
+	// The bridge's own dead letter: every dead-letter header, no payload
 	r := e.run("dlq", "show", "1")
 	if r.code != 0 {
 		t.Fatalf("dlq show 1: %s", r)
