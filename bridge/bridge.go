@@ -147,11 +147,15 @@ func (b *Bridge) Run(ctx context.Context) error {
 	work, stopWork := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopWork(nil)
 
-	var loops, workers sync.WaitGroup
+	var loops, workers, keepers sync.WaitGroup
+	workersDone := make(chan struct{})
 	for _, r := range b.routes {
 		jobs := r.startWorkers(ctx, work, &workers)
 		loops.Go(func() { r.pull(ctx, jobs) })
 		loops.Go(func() { r.watchdog(ctx) })
+		// Progress acks run until every worker has settled what it holds,
+		// the drain included.
+		keepers.Go(func() { r.progressLoop(workersDone) })
 	}
 	loops.Go(func() { b.watchReadiness(ctx) })
 	loops.Go(func() { b.parts.safetyNet(b, ctx) })
@@ -160,7 +164,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	loops.Wait()
 
 	drained := make(chan struct{})
-	go func() { workers.Wait(); close(drained) }()
+	go func() { workers.Wait(); close(workersDone); keepers.Wait(); close(drained) }()
 	grace := b.cfg.ShutdownTimeout.D()
 	b.log.Info().Str("shutdown_timeout", grace.String()).Msg("stopped pulling; draining in-flight attempts")
 	t := time.NewTimer(grace)

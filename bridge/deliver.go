@@ -23,7 +23,7 @@ import (
 // Every path ends in settle, exactly once. Attempts run on work; a message
 // held by an open breaker (or waiting for a reservation) is released as
 // soon as stop ends.
-func (r *route) handle(stop, work context.Context, m jetstream.Msg) {
+func (r *route) handle(stop, work context.Context, m jetstream.Msg, w int) {
 	r.load.inFlight.Add(1)
 	r.load.gauge.Inc()
 	defer func() {
@@ -38,7 +38,7 @@ func (r *route) handle(stop, work context.Context, m jetstream.Msg) {
 		return
 	}
 	var held atomic.Pointer[lease] // the idempotency reservation, refreshed with progress acks
-	stopProgress := r.b.parts.progress(r, m, &held)
+	progress := r.b.parts.progress(r, w, m, &held)
 
 	tries, failure := r.process(stop, work, ev, err, &held)
 	if failure != nil {
@@ -47,7 +47,7 @@ func (r *route) handle(stop, work context.Context, m jetstream.Msg) {
 			Seq: ev.Seq, Delivered: ev.Delivered, Tries: tries, Err: failure,
 		}
 	}
-	r.settle(m, ev, failure, tries, stopProgress)
+	r.settle(m, ev, failure, tries, progress)
 }
 
 // process is handle's pipeline from a parsed event to the failure that
@@ -132,42 +132,77 @@ func gotResponse(failure error) bool {
 	return errors.As(failure, &de)
 }
 
-// progress sends InProgress every third of ack_wait until stopped, so a long
-// attempt (or a message held by an open breaker) is never redelivered to
-// another replica meanwhile; it refreshes the idempotency reservation too.
-// It runs on a timer, not a goroutine of its own: most messages settle
-// long before the first tick. stop waits for a tick in progress, so no
-// progress ack is sent once it has returned.
-func (r *route) progress(m jetstream.Msg, held *atomic.Pointer[lease]) (stop func()) {
+// progressSlot is one worker's message while it is worked on: the
+// route's progress loop sends it InProgress every third of ack_wait (and
+// refreshes its idempotency reservation), so a long attempt, or a message
+// held by an open breaker or a destination's flow control, is never
+// redelivered to another replica meanwhile. One slot per worker, for the
+// route's life: no timer and no goroutine per message.
+type progressSlot struct {
+	mu   sync.Mutex
+	m    jetstream.Msg          // nil while the worker holds no message
+	held *atomic.Pointer[lease] // the message's reservation, if any
+	last time.Time              // when it was fetched, or last kept
+}
+
+// stopper ends a message's progress acks.
+type stopper interface{ stop() }
+
+// progress registers m in the worker's slot; its stop must be called
+// before the message is settled.
+func (r *route) progress(w int, m jetstream.Msg, held *atomic.Pointer[lease]) stopper {
+	s := &r.progressSlots[w]
+	s.mu.Lock()
+	s.m, s.held, s.last = m, held, time.Now()
+	s.mu.Unlock()
+	return s
+}
+
+// stop ends the slot's progress acks, waiting for one in progress: none is
+// sent once it has returned (one sent after a NakWithDelay would stretch
+// its delay to ack_wait).
+func (s *progressSlot) stop() {
+	s.mu.Lock()
+	s.m, s.held = nil, nil
+	s.mu.Unlock()
+}
+
+// progressLoop keeps the route's messages in progress until stop is closed
+// (after every worker has settled what it held): every sixth of ack_wait
+// it sends InProgress for each message not kept for a third of ack_wait,
+// so none goes longer than half of ack_wait without one.
+func (r *route) progressLoop(stop <-chan struct{}) {
 	every := r.cfg.AckWait.D() / 3
-	var (
-		mu      sync.Mutex
-		stopped bool
-		t       *time.Timer
-	)
-	mu.Lock() // the first tick must not run before t is set
-	defer mu.Unlock()
-	t = time.AfterFunc(every, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if stopped {
+	t := time.NewTicker(every / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
 			return
-		}
-		_ = m.InProgress()
-		if l := held.Load(); l != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), every)
-			if err := l.refresh(ctx); err != nil {
-				r.log.Warn().Str("error", err.Error()).Msg("idempotency reservation not refreshed")
+		case now := <-t.C:
+			for i := range r.progressSlots {
+				r.keep(&r.progressSlots[i], now, every)
 			}
-			cancel()
 		}
-		t.Reset(every)
-	})
-	return func() {
-		mu.Lock()
-		stopped = true
-		t.Stop()
-		mu.Unlock()
+	}
+}
+
+// keep sends the slot's message InProgress if it is due, and refreshes its
+// reservation.
+func (r *route) keep(s *progressSlot, now time.Time, every time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil || now.Sub(s.last) < every {
+		return
+	}
+	s.last = now
+	_ = s.m.InProgress()
+	if l := s.held.Load(); l != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), every)
+		if err := l.refresh(ctx); err != nil {
+			r.log.Warn().Str("error", err.Error()).Msg("idempotency reservation not refreshed")
+		}
+		cancel()
 	}
 }
 

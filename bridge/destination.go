@@ -390,49 +390,66 @@ func (d *destination) state() BreakerState {
 // plus the in-process retries. It returns the number of HTTP requests sent
 // and nil for a 2xx, or the typed failure.
 func (d *destination) attempt(ctx context.Context, p *payload) (tries int, err error) {
-	probeFailed := false
-	// The responses of this attempt, whose bodies are finished (drained or
-	// closed) outside the per-try timeout: a try's earlier ones before the
-	// next try, the last one after the pipeline returns. The pipeline runs
-	// every try on this goroutine.
-	var open []*response
-	finish := func() {
-		for _, r := range open {
-			r.finish()
-		}
-		open = open[:0]
-	}
-	defer finish()
-	res, err := d.exec.WithContext(ctx).GetWithExecution(func(exec failsafe.Execution[*response]) (*response, error) {
-		finish()
-		probe := d.breaker != nil && d.breaker.IsHalfOpen()
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		tries++
-		r, err := d.send(exec.Context(), p)
-		if r != nil {
-			open = append(open, r)
-		}
-		if err != nil && ctx.Err() != nil { // shutdown, not a failure of the destination
-			return nil, ctx.Err()
-		}
-		probeFailed = probe && (err != nil || exec.Context().Err() != nil || d.breakerCounts(r, err))
-		return r, err
-	})
+	a := attemptState{d: d, ctx: ctx, p: p}
+	a.open = a.buf[:0]
+	res, err := d.exec.WithContext(ctx).GetWithExecution(a.try)
+	a.finish()
 	switch {
 	case err == nil && res != nil && res.status >= 200 && res.status < 300:
-		return tries, nil // a 2xx seen just as shutdown cut in still counts
+		return a.tries, nil // a 2xx seen just as shutdown cut in still counts
 	case ctx.Err() != nil:
-		return tries, fmt.Errorf("%w: %w", ErrInterrupted, context.Cause(ctx))
+		return a.tries, fmt.Errorf("%w: %w", ErrInterrupted, context.Cause(ctx))
 	case errors.Is(err, circuitbreaker.ErrOpen):
-		return tries, &CircuitOpenError{Destination: d.name, Remaining: d.breaker.RemainingDelay()}
+		return a.tries, &CircuitOpenError{Destination: d.name, Remaining: d.breaker.RemainingDelay()}
 	}
 	failure := d.classify(res, err)
-	if failure != nil && probeFailed {
-		return tries, &CircuitOpenError{Destination: d.name, Err: failure}
+	if failure != nil && a.probeFailed {
+		return a.tries, &CircuitOpenError{Destination: d.name, Err: failure}
 	}
-	return tries, failure
+	return a.tries, failure
+}
+
+// attemptState is one attempt's tries. The pipeline runs every try on the
+// attempt's goroutine, so it needs no lock.
+type attemptState struct {
+	d           *destination
+	ctx         context.Context // the attempt's: shutdown, not the per-try timeout
+	p           *payload
+	tries       int
+	probeFailed bool
+	// The responses whose bodies are still open: finished (drained or
+	// closed) outside the per-try timeout, a try's earlier ones before the
+	// next try, the last one after the pipeline returns.
+	open []*response
+	buf  [2]*response
+}
+
+func (a *attemptState) finish() {
+	for i, r := range a.open {
+		r.finish()
+		a.open[i] = nil
+	}
+	a.open = a.open[:0]
+}
+
+// try is one try, as the pipeline runs it.
+func (a *attemptState) try(exec failsafe.Execution[*response]) (*response, error) {
+	a.finish()
+	d := a.d
+	probe := d.breaker != nil && d.breaker.IsHalfOpen()
+	if a.ctx.Err() != nil {
+		return nil, a.ctx.Err()
+	}
+	a.tries++
+	r, err := d.send(exec.Context(), a.p)
+	if r != nil {
+		a.open = append(a.open, r)
+	}
+	if err != nil && a.ctx.Err() != nil { // shutdown, not a failure of the destination
+		return nil, a.ctx.Err()
+	}
+	a.probeFailed = probe && (err != nil || exec.Context().Err() != nil || d.breakerCounts(r, err))
+	return r, err
 }
 
 func (d *destination) classify(res *response, err error) error {

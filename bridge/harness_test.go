@@ -392,18 +392,12 @@ func (f faults) parts() parts {
 		}
 	}
 	if f.progressAfterSettle {
-		p.progress = func(r *route, m jetstream.Msg, held *atomic.Pointer[lease]) func() {
-			stop := r.progress(m, held)
-			return func() {
-				stop()
-				// What the race does: nats.go checks that the message is not
-				// settled, the settlement goes out, then the progress ack.
-				time.AfterFunc(5*time.Millisecond, func() { _ = r.b.js.Conn().Publish(m.Reply(), []byte("+WPI")) })
-			}
+		p.progress = func(r *route, w int, m jetstream.Msg, held *atomic.Pointer[lease]) stopper {
+			return lateProgress{s: r.progress(w, m, held), r: r, m: m}
 		}
 	}
 	if f.noProgress {
-		p.progress = func(*route, jetstream.Msg, *atomic.Pointer[lease]) func() { return func() {} }
+		p.progress = func(*route, int, jetstream.Msg, *atomic.Pointer[lease]) stopper { return noStop{} }
 	}
 	return p
 }
@@ -415,4 +409,23 @@ func (f faults) tweak(b *Bridge) {
 			r.policy.MaxDeliver++
 		}
 	}
+}
+
+// noStop is the progress of a message that gets no progress acks.
+type noStop struct{}
+
+func (noStop) stop() {}
+
+// lateProgress stops the real progress acks, then sends one more just
+// after the settlement: what the race does (nats.go checks that the
+// message is not settled, the settlement goes out, then the progress ack).
+type lateProgress struct {
+	s stopper
+	r *route
+	m jetstream.Msg
+}
+
+func (p lateProgress) stop() {
+	p.s.stop()
+	time.AfterFunc(5*time.Millisecond, func() { _ = p.r.b.js.Conn().Publish(p.m.Reply(), []byte("+WPI")) })
 }

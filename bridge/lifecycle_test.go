@@ -127,7 +127,7 @@ func TestNoProgressAckAfterTheSettlement(t *testing.T) {
 	check := func(t testing.TB, f faults) error {
 		sink := sinktest.New(t, func(r sinktest.Request) sinktest.Response {
 			if r.N == 1 {
-				return sinktest.Response{Status: 503, Delay: 450 * time.Millisecond}
+				return sinktest.Response{Status: 503, Delay: 700 * time.Millisecond} // longer than the first progress ack (at most ack_wait/2)
 			}
 			return sinktest.Response{Status: 200}
 		})

@@ -39,9 +39,9 @@ type parts struct {
 	pauseFor func(failure error, maxRetryAfter time.Duration) time.Duration
 	// decide maps an attempt's failure to a settlement (Decide).
 	decide func(err error, delivered uint64, p SettlePolicy) Decision
-	// progress keeps a message from being redelivered while it is worked
-	// on (progress acks every third of ack_wait) until its stop is called.
-	progress func(r *route, m jetstream.Msg, held *atomic.Pointer[lease]) (stop func())
+	// progress keeps a message from being redelivered while worker w works
+	// on it (progress acks every third of ack_wait) until it is stopped.
+	progress func(r *route, w int, m jetstream.Msg, held *atomic.Pointer[lease]) stopper
 	// ack acknowledges a delivered (or duplicate) message.
 	ack func(ctx context.Context, m jetstream.Msg, connected bool) error
 	// reservations builds the idempotency store on the bucket.

@@ -34,6 +34,9 @@ type route struct {
 	log    zerolog.Logger
 	bound  binding // the durable consumer (consumer.go)
 	load   load    // what the route has in flight
+	// progressSlots are the workers' messages in progress, one per worker
+	// (deliver.go).
+	progressSlots []progressSlot
 }
 
 // load is what a route has in flight.
@@ -53,6 +56,7 @@ func newRoute(b *Bridge, rc *config.Route, d *destination) *route {
 		log:    b.log.With().Str("route", rc.Name).Str("destination", d.name).Logger(),
 	}
 	r.load.slots = make(chan struct{}, rc.MaxInFlight)
+	r.progressSlots = make([]progressSlot, rc.MaxInFlight)
 	r.load.gauge = b.m.inFlight.WithLabelValues(rc.Name)
 	return r
 }
@@ -65,10 +69,10 @@ func newRoute(b *Bridge, rc *config.Route, d *destination) *route {
 // soon as stop ends.
 func (r *route) startWorkers(stop, work context.Context, workers *sync.WaitGroup) chan<- jetstream.Msg {
 	jobs := make(chan jetstream.Msg, cap(r.load.slots))
-	for range cap(r.load.slots) {
+	for w := range cap(r.load.slots) {
 		workers.Go(func() {
 			for m := range jobs {
-				r.handle(stop, work, m)
+				r.handle(stop, work, m, w)
 				r.release(1)
 			}
 		})

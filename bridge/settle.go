@@ -24,26 +24,26 @@ const (
 // for the failure (nil for a 2xx); a dead letter is stored before the
 // message is terminated, and when it cannot be stored the failure becomes
 // a *DeadLetterError and is decided again (a redelivery), so that the
-// message is never dropped. stopProgress (nil when none runs) is called
+// message is never dropped. progress (nil when none runs) is stopped
 // right before the settlement is sent: a progress ack after a NakWithDelay
 // would stretch its delay to ack_wait. Every settled message is reported
 // once (metrics, OnSettle).
-func (r *route) settle(m jetstream.Msg, ev *event, failure error, tries int, stopProgress func()) {
+func (r *route) settle(m jetstream.Msg, ev *event, failure error, tries int, progress stopper) {
 	decide := r.b.parts.decide
 	d := decide(failure, ev.Delivered, r.policy)
-	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
-	defer cancel()
 	var dlq uint64
 	if d.Action == DeadLetter {
+		ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
 		seq, err := r.deadLetter(ctx, m.Headers(), m.Data(), ev, d.Reason, failure)
+		cancel()
 		if err != nil {
 			failure = &DeadLetterError{Reason: d.Reason, Failure: failure, Err: err}
 			d = decide(failure, ev.Delivered, r.policy)
 		}
 		dlq = seq
 	}
-	if stopProgress != nil {
-		stopProgress()
+	if progress != nil {
+		progress.stop()
 	}
 	out := Settled{
 		Route: r.cfg.Name, Destination: r.dest.name, Stream: ev.Stream, Seq: ev.Seq,
@@ -56,7 +56,8 @@ func (r *route) settle(m jetstream.Msg, ev *event, failure error, tries int, sto
 		if failure != nil { // a duplicate: the only other failure Decide acks
 			out.Outcome = OutcomeDuplicateSkipped
 		}
-		err = r.b.parts.ack(ctx, m, r.b.js.Conn().IsConnected())
+		// Each of ackMsg's tries has its own timeout.
+		err = r.b.parts.ack(context.Background(), m, r.b.js.Conn().IsConnected())
 		msgLog(r.log.Debug(), ev).Int("tries", tries).Str("outcome", out.Outcome).Msg("settled")
 	case DeadLetter:
 		out.Outcome, out.Reason = OutcomeDeadLettered, d.Reason
