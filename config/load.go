@@ -129,7 +129,7 @@ func loadWith(data []byte, source string, lookup func(string) (string, bool)) (*
 
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
-		return nil, &ValidationError{Errors: []*FieldError{syntaxError(err, source)}}
+		return nil, &ValidationError{Errors: []*FieldError{syntaxError(err, source, data)}}
 	}
 	idx := newIndex(&root)
 
@@ -137,7 +137,7 @@ func loadWith(data []byte, source string, lookup func(string) (string, bool)) (*
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
-		return nil, &ValidationError{Errors: idx.decodeErrors(err, source)}
+		return nil, &ValidationError{Errors: idx.decodeErrors(err, source, data)}
 	}
 	for name, d := range cfg.Destinations {
 		if d != nil {
@@ -159,22 +159,56 @@ var (
 	quotedRe  = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
 )
 
-func syntaxError(err error, source string) *FieldError {
+// syntaxError turns a yaml.v3 syntax error into a FieldError, with the
+// parser's message made plainer where it is known to mislead: a tab in an
+// indentation is named (and its line found), and an unclosed flow
+// collection, which yaml.v3 reports one line before the line that opens
+// it, points at that line. data is only searched for tabs, never quoted.
+func syntaxError(err error, source string, data []byte) *FieldError {
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	if m := syntaxRe.FindStringSubmatch(err.Error()); m != nil {
-		line, _ := strconv.Atoi(m[1])
-		return &FieldError{File: source, Line: line, Msg: m[2]}
+	m := syntaxRe.FindStringSubmatch(err.Error())
+	if m == nil {
+		return &FieldError{File: source, Msg: msg}
 	}
-	return &FieldError{File: source, Msg: msg}
+	line, _ := strconv.Atoi(m[1])
+	fe := &FieldError{File: source, Line: line, Msg: m[2]}
+	switch {
+	case strings.HasPrefix(fe.Msg, "found character that cannot start any token"):
+		if tab := tabIndented(data, line); tab > 0 {
+			fe.Line, fe.Msg = tab, "a tab in the indentation: YAML indents with spaces only"
+		}
+	case strings.HasPrefix(fe.Msg, "did not find expected ',' or ']'"):
+		fe.Line, fe.Msg = line+1, "a [ list is not closed (did not find the expected ',' or ']')"
+	case strings.HasPrefix(fe.Msg, "did not find expected ',' or '}'"):
+		fe.Line, fe.Msg = line+1, "a { mapping is not closed (did not find the expected ',' or '}')"
+	}
+	return fe
+}
+
+// tabIndented is the line (1-based), among line and the one after it,
+// whose indentation holds a tab; 0 when neither does.
+func tabIndented(data []byte, line int) int {
+	lines := strings.Split(string(data), "\n")
+	for _, n := range []int{line, line + 1} {
+		if n < 1 || n > len(lines) {
+			continue
+		}
+		l := lines[n-1]
+		indent := l[:len(l)-len(strings.TrimLeft(l, " \t"))]
+		if strings.Contains(indent, "\t") {
+			return n
+		}
+	}
+	return 0
 }
 
 // decodeErrors turns yaml.v3's type errors ("line N: ...") into FieldErrors
 // with the key path found through idx. Messages are rewritten so that they
 // never quote a value that could be a secret.
-func (idx *index) decodeErrors(err error, source string) []*FieldError {
+func (idx *index) decodeErrors(err error, source string, data []byte) []*FieldError {
 	var te *yaml.TypeError
 	if !errors.As(err, &te) {
-		return []*FieldError{syntaxError(err, source)}
+		return []*FieldError{syntaxError(err, source, data)}
 	}
 	out := make([]*FieldError, 0, len(te.Errors))
 	for _, s := range te.Errors {
