@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/pflag"
 
+	"github.com/sotercare/jetbridge/config"
 	"github.com/sotercare/jetbridge/internal/cli"
 	"github.com/sotercare/jetbridge/producer"
 )
@@ -88,8 +88,8 @@ func checkURL(raw string) error {
 	return nil
 }
 
-// redactURL is the server list with every user info masked, for messages.
-// (url.URL.Redacted masks only a password, not a token given as the user.)
+// redactURL is the server list, each server as the NATS client reads it,
+// redacted as config redacts URLs (user info and query values masked).
 func redactURL(raw string) string {
 	var out []string
 	for _, u := range cli.ParseServers(raw) {
@@ -97,11 +97,7 @@ func redactURL(raw string) string {
 			out = append(out, "[invalid URL]")
 			continue
 		}
-		r := *u
-		if r.User != nil {
-			r.User = url.User("xxxxx")
-		}
-		out = append(out, r.String())
+		out = append(out, config.Secret(u.String()).RedactedURL())
 	}
 	return strings.Join(out, ",")
 }
