@@ -179,13 +179,13 @@ func dialNATS(cfg *config.Config, closing *atomic.Bool, stderr io.Writer) (*nats
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		cause := scrub(cli.ConnectCause(err, url), natsSecrets(cfg.NATS))
-		if class := classifyConnErr(err); class != connUnreachable {
-			return nil, nil, fmt.Errorf("%s at %s: %s; %s", class, shown, cause, class.hint())
+		if class := cli.ClassifyConnErr(err); class != cli.ConnUnreachable {
+			return nil, nil, fmt.Errorf("%s at %s: %s; %s", class, shown, cause, connHint(class))
 		}
 		if cfg.Embedded() {
 			return nil, nil, fmt.Errorf("cannot reach the bridge's embedded JetStream at %s (nats.embedded.listen): %s; is the bridge running? Start it with bridge run --config FILE, or point --server at your NATS", shown, cause)
 		}
-		return nil, nil, fmt.Errorf("cannot reach NATS at %s: %s; %s", shown, cause, connUnreachable.hint())
+		return nil, nil, fmt.Errorf("cannot reach NATS at %s: %s; %s", shown, cause, connHint(cli.ConnUnreachable))
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {

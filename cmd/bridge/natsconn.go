@@ -30,70 +30,18 @@ const (
 	firstConnectMax = 5 * time.Second
 )
 
-// connErrClass is what a failed connection attempt means for the bridge.
-type connErrClass int
-
-const (
-	connUnreachable connErrClass = iota // refused, no route, DNS, timeout: wait for the broker
-	connAuth                            // the server rejected the credentials: fatal
-	connTLS                             // the TLS handshake failed: fatal
-	connCreds                           // the credentials could not be used: fatal
-)
-
-func (c connErrClass) String() string {
+// connHint is what to check, in the configuration, for a class of
+// connection failure.
+func connHint(c cli.ConnErrClass) string {
 	switch c {
-	case connAuth:
-		return "NATS rejected the credentials"
-	case connTLS:
-		return "TLS with NATS failed"
-	case connCreds:
-		return "NATS credentials unusable"
-	}
-	return "cannot reach NATS"
-}
-
-// hint is what to check for a fatal class.
-func (c connErrClass) hint() string {
-	switch c {
-	case connAuth:
+	case cli.ConnAuth:
 		return "check nats.user and nats.password, nats.token, nats.nkey_seed_file or nats.creds_file against the server's accounts"
-	case connTLS:
+	case cli.ConnTLS:
 		return "check the URL's scheme (tls:// only for a TLS server) and nats.tls (ca_file for the server's certificate, cert_file and key_file when it wants a client certificate)"
-	case connCreds:
+	case cli.ConnCreds:
 		return "check nats.creds_file or nats.nkey_seed_file (a creds file from nsc, an nkey seed starting SU)"
 	}
 	return "check that the server runs there; the URL comes from --server, nats.url or $NATS_URL, in that order"
-}
-
-// classifyConnErr sorts an error of nats.Connect (made without
-// RetryOnFailedConnect, so that it is the real cause).
-func classifyConnErr(err error) connErrClass {
-	var (
-		verify  *tls.CertificateVerificationError
-		unknown x509.UnknownAuthorityError
-		host    x509.HostnameError
-		invalid x509.CertificateInvalidError
-		alert   tls.AlertError
-		recErr  tls.RecordHeaderError
-	)
-	msg := strings.ToLower(err.Error())
-	switch {
-	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired),
-		errors.Is(err, nats.ErrAuthRevoked), errors.Is(err, nats.ErrAccountAuthExpired),
-		strings.Contains(msg, "authorization violation"), strings.Contains(msg, "authentication expired"),
-		strings.Contains(msg, "authentication revoked"):
-		return connAuth
-	case errors.As(err, &verify), errors.As(err, &unknown), errors.As(err, &host), errors.As(err, &invalid),
-		errors.As(err, &alert), errors.As(err, &recErr),
-		errors.Is(err, nats.ErrSecureConnRequired), errors.Is(err, nats.ErrSecureConnWanted),
-		strings.Contains(msg, "tls:"), strings.Contains(msg, "x509:"), strings.Contains(msg, "tls error"):
-		return connTLS
-	case errors.Is(err, nats.ErrNkeysNotSupported), errors.Is(err, nats.ErrNkeyButNoSigCB),
-		strings.Contains(msg, "nkeys:"), strings.Contains(msg, "signing nonce"),
-		strings.Contains(msg, "user credentials"), strings.Contains(msg, "key pair"):
-		return connCreds
-	}
-	return connUnreachable
 }
 
 // natsSecrets are the secret values of the nats section, for scrub.
@@ -233,13 +181,13 @@ func natsOptions(nc config.NATS, log zerolog.Logger, closing *atomic.Bool) ([]na
 			if closing.Load() || err == nil {
 				return
 			}
-			class := classifyConnErr(err)
+			class := cli.ClassifyConnErr(err)
 			n, ok := asyncErrs.Next(class.String() + err.Error())
 			if !ok {
 				return
 			}
 			ev := log.Warn().Int("occurrences", n)
-			if class != connUnreachable {
+			if class != cli.ConnUnreachable {
 				ev = ev.Str("class", class.String())
 			}
 			if sub != nil {
@@ -344,16 +292,16 @@ func openNATSWith(ctx context.Context, cfg *config.Config, log zerolog.Logger, b
 			break
 		}
 		cause := scrub(cli.ConnectCause(err, url), secrets)
-		class := classifyConnErr(err)
-		if class != connUnreachable {
+		class := cli.ClassifyConnErr(err)
+		if class != cli.ConnUnreachable {
 			c.close()
-			return nil, &exitError{Code: 1, Msg: fmt.Sprintf("nats: %s at %s: %s; %s", class, shown, cause, class.hint())}
+			return nil, &exitError{Code: 1, Msg: fmt.Sprintf("nats: %s at %s: %s; %s", class, shown, cause, connHint(class))}
 		}
 		reason := fmt.Sprintf("cannot reach NATS at %s: %s", shown, cause)
 		notReady(reason)
 		if n, ok := rate.Next(cause); ok {
 			log.Warn().Str("url", shown).Str("error", cause).Int("attempts", n).Str("retry_in", pause.String()).
-				Msg("cannot reach NATS; retrying: " + class.hint())
+				Msg("cannot reach NATS; retrying: " + connHint(class))
 		}
 		select {
 		case <-ctx.Done():

@@ -23,6 +23,7 @@ import (
 
 	"github.com/sotercare/jetbridge/bridge"
 	"github.com/sotercare/jetbridge/config"
+	"github.com/sotercare/jetbridge/internal/cli"
 	"github.com/sotercare/jetbridge/internal/natstest"
 	"github.com/sotercare/jetbridge/internal/sinktest"
 )
@@ -521,19 +522,19 @@ func TestClassifyConnErr(t *testing.T) {
 	cases := []struct {
 		name string
 		err  error
-		want connErrClass
+		want cli.ConnErrClass
 	}{
-		{"wrong password", connectErr(up.URL(), nats.UserInfo(up.Creds().User, "wrong")), connAuth},
-		{"no credentials", connectErr(up.URL()), connAuth},
-		{"jwt of another account", connectErr(srvs[natstest.AuthJWT].URL(), srvs[natstest.AuthJWT].NewCreds(t).Options()...), connAuth},
-		{"untrusted server", connectErr(srvs[natstest.AuthTLS].URL()), connTLS},
-		{"other CA", connectErr(srvs[natstest.AuthTLS].URL(), srvs[natstest.AuthTLS].NewCreds(t).Options()...), connTLS},
-		{"no client certificate", connectErr(mtls.URL(), nats.RootCAs(mtls.Creds().CAFile)), connTLS},
-		{"refused", connectErr("nats://" + freePort(t)), connUnreachable},
-		{"dns", connectErr("nats://no-such-host.invalid:4222"), connUnreachable},
+		{"wrong password", connectErr(up.URL(), nats.UserInfo(up.Creds().User, "wrong")), cli.ConnAuth},
+		{"no credentials", connectErr(up.URL()), cli.ConnAuth},
+		{"jwt of another account", connectErr(srvs[natstest.AuthJWT].URL(), srvs[natstest.AuthJWT].NewCreds(t).Options()...), cli.ConnAuth},
+		{"untrusted server", connectErr(srvs[natstest.AuthTLS].URL()), cli.ConnTLS},
+		{"other CA", connectErr(srvs[natstest.AuthTLS].URL(), srvs[natstest.AuthTLS].NewCreds(t).Options()...), cli.ConnTLS},
+		{"no client certificate", connectErr(mtls.URL(), nats.RootCAs(mtls.Creds().CAFile)), cli.ConnTLS},
+		{"refused", connectErr("nats://" + freePort(t)), cli.ConnUnreachable},
+		{"dns", connectErr("nats://no-such-host.invalid:4222"), cli.ConnUnreachable},
 	}
 	for _, c := range cases {
-		if got := classifyConnErr(c.err); got != c.want {
+		if got := cli.ClassifyConnErr(c.err); got != c.want {
 			t.Errorf("%s: %v classified %v, want %v", c.name, c.err, got, c.want)
 		}
 	}

@@ -118,7 +118,8 @@ func connect(o *options) (*conn, error) {
 	}
 	nc, err := nats.Connect(o.url, opts...)
 	if err != nil {
-		return nil, c.scrub(fmt.Errorf("cannot reach NATS at %s: %s; is it running there? Give the server with -s/--server or $NATS_URL", redactURL(o.url), cli.ConnectCause(err, o.url)))
+		class := cli.ClassifyConnErr(err)
+		return nil, c.scrub(fmt.Errorf("%s at %s: %s; %s", class, redactURL(o.url), cli.ConnectCause(err, o.url), connHint(class)))
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -127,6 +128,20 @@ func connect(o *options) (*conn, error) {
 	}
 	c.nc, c.pub = nc, producer.NewPublisher(js, o.root)
 	return c, nil
+}
+
+// connHint is what to check, among publish's flags, for a class of
+// connection failure.
+func connHint(c cli.ConnErrClass) string {
+	switch c {
+	case cli.ConnAuth:
+		return "check --user and --password, --token, --nkey or --creds against the server's accounts"
+	case cli.ConnTLS:
+		return "check the URL's scheme (tls:// only for a TLS server), --tls-ca for the server's certificate, and --tls-cert with --tls-key when it wants a client certificate"
+	case cli.ConnCreds:
+		return "check --creds or --nkey (a creds file from nsc, an nkey seed starting SU)"
+	}
+	return "is it running there? Give the server with -s/--server or $NATS_URL"
 }
 
 func (c *conn) close() { c.nc.Close() }
