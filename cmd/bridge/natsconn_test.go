@@ -720,3 +720,21 @@ func TestRunWaitsForUnreachableNATS(t *testing.T) {
 		t.Fatal("the URL's password appears in the logs")
 	}
 }
+
+// bridge run warns, in its log, where `bridge check` warns: a destination
+// with insecure_skip_verify and an admin server reachable from other
+// hosts.
+func TestRunWarns(t *testing.T) {
+	srv := natstest.Start(t)
+	yaml := strings.Replace(daemonYAML(srv.URL(), natstest.Creds{}, "0.0.0.0:0", "https://127.0.0.1:1"), "    timeout: 2s\n",
+		"    timeout: 2s\n    tls: {insecure_skip_verify: true}\n", 1)
+	d := startDaemon(t, yaml, production)
+	for _, want := range []string{`"key":"destinations.sink.tls.insecure_skip_verify"`, `"key":"admin.listen"`} {
+		natstest.Eventually(t, 5*time.Second, func() error {
+			if !strings.Contains(d.logs.String(), want) {
+				return fmt.Errorf("no warning with %s in the log", want)
+			}
+			return nil
+		})
+	}
+}

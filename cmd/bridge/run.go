@@ -68,9 +68,6 @@ func cmdRun(o runOptions, stdout, stderr io.Writer) error {
 	if err != nil {
 		return &exitError{Code: 2, Msg: "log.level: " + err.Error()}
 	}
-	for _, w := range configWarnings(cfg) {
-		log.Warn().Str("key", w.Key).Msg(w.Text)
-	}
 	if source == "$NATS_URL" {
 		log.Info().Str("url", cfg.NATS.URL.RedactedURL()).
 			Msg("NATS server taken from $NATS_URL (nats.url is empty); unset NATS_URL to start the embedded server instead")
@@ -104,6 +101,9 @@ var production = daemonParts{
 // then exit 1 with the cause). The admin endpoints answer from the start:
 // /readyz says why while the first connection is not made.
 func runDaemon(ctx context.Context, cfg *config.Config, log zerolog.Logger, parts daemonParts) error {
+	for _, w := range configWarnings(cfg) {
+		log.Warn().Str("key", w.Key).Msg(w.Text)
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	admin := newAdminSwitch(reg)
