@@ -16,6 +16,7 @@ import (
 	"github.com/failsafe-go/failsafe-go/retrypolicy"
 	"github.com/failsafe-go/failsafe-go/timeout"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sotercare/jetbridge/config"
 )
@@ -105,6 +106,7 @@ type destination struct {
 	// remindFirst is the delay of the first outage reminder
 	// (outageRemindFirst; tests shorten it).
 	remindFirst time.Duration
+	trace       *destTrace // try spans (trace.go); nil when tracing is off
 }
 
 // outage is what the breaker's logs say about an outage in progress.
@@ -413,7 +415,12 @@ func (d *destination) classify(res *response, err error) error {
 // arrived, leaving the body open (see response). ctx, the per-try timeout,
 // bounds the request only until then: once a status is received, neither
 // the timeout nor a slow or large body can make the try a failure.
-func (d *destination) try(ctx context.Context, p *payload) (*response, error) {
+func (d *destination) try(ctx context.Context, p *payload) (res *response, err error) {
+	if d.trace != nil {
+		var span trace.Span
+		ctx, span = d.trace.startTry(ctx)
+		defer func() { d.trace.endTry(span, res, err) }()
+	}
 	reqCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	detach := context.AfterFunc(ctx, cancel) // the timeout or shutdown aborts the request until the headers are in
 	req, err := d.parts.request(reqCtx, d, p, time.Now())
@@ -421,6 +428,9 @@ func (d *destination) try(ctx context.Context, p *payload) (*response, error) {
 		detach()
 		cancel()
 		return nil, &TransportError{Destination: d.name, Kind: kindRequestUnbuildable}
+	}
+	if d.trace != nil {
+		req.Header = d.trace.inject(ctx, req.Header) // from the try span, never the message's header
 	}
 	start := time.Now()
 	resp, err := d.client.Do(req)
