@@ -77,6 +77,13 @@ func (t *tracer) startDelivery(ctx context.Context, r *route, m jetstream.Msg, e
 		return ctx
 	}
 	h := m.Headers()
+	ctx, ev.span = t.t.Start(tracing.Extract(ctx, h), "process "+ev.Subject, trace.WithSpanKind(trace.SpanKindConsumer))
+	if !ev.span.IsRecording() {
+		// Not sampled: the span only carries the trace on. Its attributes
+		// are set after the sampling decision so that the unsampled
+		// majority (ratio 0.01) does not build them.
+		return ctx
+	}
 	attrs := []attribute.KeyValue{
 		semconv.MessagingSystemKey.String("nats"),
 		semconv.MessagingOperationName("process"),
@@ -98,15 +105,14 @@ func (t *tracer) startDelivery(ctx context.Context, r *route, m jetstream.Msg, e
 			attrs = append(attrs, attrReplayedFrom.Int64(int64(seq)))
 		}
 	}
-	ctx, ev.span = t.t.Start(tracing.Extract(ctx, h), "process "+ev.Subject,
-		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
+	ev.span.SetAttributes(attrs...)
 	return ctx
 }
 
 // traceWait records time spent waiting (held by the open breaker, or for
 // a reservation) as an event at the start of the wait.
 func traceWait(ev *event, name string, since time.Time) {
-	if ev.span == nil {
+	if ev.span == nil || !ev.span.IsRecording() {
 		return
 	}
 	ev.span.AddEvent(name, trace.WithTimestamp(since),
@@ -120,6 +126,10 @@ func traceWait(ev *event, name string, since time.Time) {
 func endDelivery(ev *event, out Settled, dlq uint64) {
 	sp := ev.span
 	if sp == nil {
+		return
+	}
+	if !sp.IsRecording() {
+		sp.End()
 		return
 	}
 	attrs := []attribute.KeyValue{attrOutcome.String(out.Outcome), attrTries.Int(out.Tries)}
@@ -214,6 +224,7 @@ func (dt *destTrace) inject(ctx context.Context, h http.Header) http.Header {
 // error.
 func (dt *destTrace) endTry(sp trace.Span, res *response, err error) {
 	switch {
+	case !sp.IsRecording():
 	case err != nil:
 		kind := "transport"
 		var te *TransportError
