@@ -404,3 +404,48 @@ func spanTree(spans []sdktrace.ReadOnlySpan) string {
 	}
 	return b.String()
 }
+
+// Time held by the open breaker is an event on the delivery span that
+// waited: one per hold (as many as "held" log lines), with its duration.
+func TestTraceHoldEvent(t *testing.T) {
+	sink := sinktest.New(t, sinktest.Sequence(503, 503, 200))
+	rec, tp := recorder()
+	cfg := testConfig(t, `
+destinations:
+  d:
+    url: %s
+    transport_retry: {count: 0}
+    circuit_breaker: {failure_rate: 0.5, min_requests: 2, window: 30s, delay: 300ms, statuses: [503]}
+routes:
+  - {name: r, subjects: ["events.>"], destination: d, max_in_flight: 1, max_deliver: 10, backoff: [5ms]}
+`, sink.URL())
+	h := startHarness(t, natstest.Start(t), cfg, faults{}, withTracing(tp, false))
+	h.publish("events.info.order.created", "o-3", []byte(`{}`), map[string]string{"traceparent": prodParent})
+	if got := h.waitOutcomes(1, 10*time.Second, outcomeIs(OutcomeDelivered)); len(got) != 1 {
+		t.Fatalf("not delivered: %+v", h.outcomes())
+	}
+	holds, heldSpans := 0, 0
+	for _, s := range rec.Ended() {
+		n := 0
+		for _, e := range s.Events() {
+			if e.Name == eventHold {
+				n++
+				if eventAttr(e, attrWait).Type() != attribute.INT64 {
+					t.Fatalf("hold event without its duration: %+v", e)
+				}
+			}
+		}
+		if n > 0 {
+			heldSpans++
+			if attrOf(s, attrOutcome).AsString() != OutcomeDelivered {
+				t.Fatalf("the held delivery %v was not the delivered one", s.Attributes())
+			}
+		}
+		holds += n
+	}
+	logged := strings.Count(h.logs.String(), `"message":"held: circuit breaker open"`)
+	if holds == 0 || holds != logged || heldSpans != 1 {
+		t.Fatalf("%d hold events on %d spans, %d held log lines; want at least one, on one span, one per log line", holds, heldSpans, logged)
+	}
+	t.Logf("span tree:\n%s", spanTree(rec.Ended()))
+}

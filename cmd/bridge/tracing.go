@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -9,6 +11,28 @@ import (
 	"github.com/sotercare/jetbridge/config"
 	"github.com/sotercare/jetbridge/tracing/export"
 )
+
+// exportErrorLog logs export errors at most once per every (a dead
+// collector fails every batch), with the number of failures since the
+// last line.
+func exportErrorLog(log zerolog.Logger, every time.Duration) func(error) {
+	var (
+		mu     sync.Mutex
+		last   time.Time
+		failed int
+	)
+	return func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		failed++
+		if time.Since(last) < every {
+			return
+		}
+		log.Warn().Str("error", err.Error()).Int("failures", failed).Str("next_report_in", every.String()).
+			Msg("trace export failed; spans are dropped, deliveries are not affected")
+		last, failed = time.Now(), 0
+	}
+}
 
 // startTracing builds the tracer provider of README "Tracing" (nil when
 // tracing is off). A bad OTEL_* value is a configuration error (exit 2).
@@ -18,9 +42,7 @@ func startTracing(ctx context.Context, cfg *config.Config, reg prometheus.Regist
 	p, err := export.Setup(ctx, export.Settings{
 		Endpoint:   cfg.Tracing.Endpoint.Value(),
 		Registerer: reg,
-		OnError: func(err error) {
-			log.Warn().Str("error", err.Error()).Msg("trace export failed; spans are dropped, deliveries are not affected")
-		},
+		OnError:    exportErrorLog(log, 10*time.Second),
 	})
 	if err != nil {
 		return nil, &exitError{code: 2, msg: "tracing: " + err.Error()}
