@@ -37,8 +37,9 @@ func (r *route) handle(stop, work context.Context, m jetstream.Msg) {
 		r.settle(m, &event{}, err, 0, nil)
 		return
 	}
-	work = r.b.tr.startDelivery(work, r, m, ev) // the delivery span, ended by settle (trace.go)
-	var held atomic.Pointer[lease]              // the idempotency reservation, refreshed with progress acks
+	// The delivery span (trace.go), ended by settle.
+	work = r.b.tr.startDelivery(work, r, m, ev)
+	var held atomic.Pointer[lease] // the idempotency reservation, refreshed with progress acks
 	stopProgress := r.b.parts.progress(r, m, &held)
 
 	tries, failure := r.process(stop, work, ev, err, &held)

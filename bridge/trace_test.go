@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -393,6 +394,9 @@ func spanTree(spans []sdktrace.ReadOnlySpan) string {
 			fmt.Fprintf(&b, " delivery=%d outcome=%s", v.AsInt64(), attrOf(s, attrOutcome).AsString())
 		}
 		for _, e := range s.Events() {
+			if e.Name == eventHold {
+				fmt.Fprintf(&b, " [held by the open breaker at +%s for %dms]", ms(e.Time.Sub(t0)), eventAttr(e, attrWait).AsInt64())
+			}
 			if e.Name == eventSettlement {
 				fmt.Fprintf(&b, " settlement=%s", eventAttr(e, attrSettlement).AsString())
 				if v := eventAttr(e, attrDelay); v.Type() != attribute.INVALID {
@@ -407,6 +411,8 @@ func spanTree(spans []sdktrace.ReadOnlySpan) string {
 
 // Time held by the open breaker is an event on the delivery span that
 // waited: one per hold (as many as "held" log lines), with its duration.
+// The two 503s of the first try and its status retry open the breaker, so
+// the second retry is refused and the message is held until the probe.
 func TestTraceHoldEvent(t *testing.T) {
 	sink := sinktest.New(t, sinktest.Sequence(503, 503, 200))
 	rec, tp := recorder()
@@ -415,7 +421,8 @@ destinations:
   d:
     url: %s
     transport_retry: {count: 0}
-    circuit_breaker: {failure_rate: 0.5, min_requests: 2, window: 30s, delay: 300ms, statuses: [503]}
+    status_retry: {codes: [503], count: 2, interval: 5ms, max_interval: 5ms}
+    circuit_breaker: {failure_rate: 0.5, min_requests: 2, window: 30s, delay: 100ms, statuses: [503]}
 routes:
   - {name: r, subjects: ["events.>"], destination: d, max_in_flight: 1, max_deliver: 10, backoff: [5ms]}
 `, sink.URL())
@@ -448,4 +455,23 @@ routes:
 		t.Fatalf("%d hold events on %d spans, %d held log lines; want at least one, on one span, one per log line", holds, heldSpans, logged)
 	}
 	t.Logf("span tree:\n%s", spanTree(rec.Ended()))
+}
+
+// Even a dead letter reduced to its minimal form keeps the trace headers
+// (in the case the producer used), so that its replay continues the trace.
+func TestMinimalDeadLetterKeepsTrace(t *testing.T) {
+	full := &nats.Msg{Subject: "dlq.r.events.x", Header: nats.Header{
+		"traceparent": {prodParent}, "Tracestate": {"v=1"}, "X-Other": {"dropped"}, HeaderReason: {"rejected"},
+	}, Data: []byte(`{}`)}
+	min := shrinkDeadLetter(full, dlMinimal)
+	if min.Header.Get("traceparent") != prodParent || min.Header.Get("Tracestate") != "v=1" || min.Header.Get("X-Other") != "" {
+		t.Fatalf("minimal dead letter headers: %v", min.Header)
+	}
+	// Negative control: the header list without the trace headers drops them.
+	saved := keptHeaders
+	keptHeaders = keptHeaders[:4]
+	defer func() { keptHeaders = saved }()
+	if shrinkDeadLetter(full, dlMinimal).Header.Get("traceparent") != "" {
+		t.Fatal("the check cannot tell a list without the trace headers")
+	}
 }
