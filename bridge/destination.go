@@ -418,8 +418,9 @@ func (d *destination) classify(res *response, err error) error {
 func (d *destination) try(ctx context.Context, p *payload) (res *response, err error) {
 	if d.trace != nil {
 		var span trace.Span
-		ctx, span = d.trace.startTry(ctx)
-		defer func() { d.trace.endTry(span, res, err) }()
+		if ctx, span = d.trace.startTry(ctx); span != nil {
+			defer func() { d.trace.endTry(span, res, err) }()
+		}
 	}
 	reqCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	detach := context.AfterFunc(ctx, cancel) // the timeout or shutdown aborts the request until the headers are in

@@ -12,6 +12,7 @@ package bridge
 import (
 	"context"
 	"errors"
+	"maps"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -198,8 +199,14 @@ func (t *tracer) forDestination(d *destination) *destTrace {
 }
 
 // startTry starts the client span of one HTTP try under the delivery span
-// in ctx.
+// in ctx. Under a delivery span that is not sampled it starts none (nil):
+// with the standard samplers (parent-based, or by trace id ratio, which
+// decides alike for every span of a trace) the try would not be sampled
+// either, and the request then carries the delivery span's context.
 func (dt *destTrace) startTry(ctx context.Context) (context.Context, trace.Span) {
+	if !trace.SpanFromContext(ctx).IsRecording() {
+		return ctx, nil
+	}
 	return dt.t.Start(ctx, http.MethodPost, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(dt.attrs...))
 }
 
@@ -208,7 +215,9 @@ func (dt *destTrace) startTry(ctx context.Context) (context.Context, trace.Span)
 // trace header already there (configured headers) is replaced. The
 // message's own trace headers are never copied.
 func (dt *destTrace) inject(ctx context.Context, h http.Header) http.Header {
-	h = h.Clone()
+	// A shallow copy: the shared values are never written, only replaced
+	// (Set) or removed, in the copy.
+	h = maps.Clone(h)
 	if h == nil {
 		h = make(http.Header, 3)
 	}

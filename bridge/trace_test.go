@@ -475,3 +475,24 @@ func TestMinimalDeadLetterKeepsTrace(t *testing.T) {
 		t.Fatal("the check cannot tell a list without the trace headers")
 	}
 }
+
+// A producer's unsampled trace (flags 00) is carried on, not recorded: the
+// request's traceparent has the producer's trace id and flags 00, and no
+// span is exported.
+func TestTraceUnsampledCarriedOn(t *testing.T) {
+	sink := sinktest.New(t, sinktest.Always(200))
+	rec, tp := recorder()
+	h := startHarness(t, natstest.Start(t), testConfig(t, traceYAML, sink.URL()), faults{}, withTracing(tp, false))
+	h.publish("events.info.order.created", "u-1", []byte(`{}`), map[string]string{
+		"traceparent": "00-" + prodTraceID + "-" + prodSpanID + "-00"})
+	if got := h.waitOutcomes(1, 10*time.Second, outcomeIs(OutcomeDelivered)); len(got) != 1 {
+		t.Fatalf("not delivered: %+v", h.outcomes())
+	}
+	got := sink.Requests()[0].Header.Get("Traceparent")
+	if p := strings.Split(got, "-"); len(p) != 4 || p[1] != prodTraceID || p[2] == prodSpanID || p[3] != "00" {
+		t.Fatalf("traceparent %q: want the producer's trace, another span, flags 00", got)
+	}
+	if n := len(rec.Ended()); n != 0 {
+		t.Fatalf("%d spans recorded for an unsampled trace", n)
+	}
+}
