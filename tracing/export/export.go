@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -241,12 +242,25 @@ func (e countingExporter) ExportSpans(ctx context.Context, spans []sdktrace.Read
 	return e.SpanExporter.ExportSpans(ctx, spans)
 }
 
-// safeError reduces a *url.Error (whose text carries the URL, query
-// included) to its operation and cause.
+// statusRE finds the HTTP status in otlptracehttp's "failed to send to
+// URL: STATUS (body: ...)".
+var statusRE = regexp.MustCompile(`failed to send to \S+: ([1-5][0-9][0-9])\b`)
+
+// safeError is what may be logged of an export error: the operation and
+// network cause of a *url.Error (whose own text carries the URL, query
+// included), a timeout, or the collector's HTTP status. Nothing else of
+// the text is kept: otlptracehttp quotes the URL and the collector's
+// response body.
 func safeError(err error) error {
 	var ue *url.Error
-	if errors.As(err, &ue) {
+	switch {
+	case errors.As(err, &ue):
 		return fmt.Errorf("trace export: %s: %w", ue.Op, ue.Err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return errors.New("trace export: timed out")
 	}
-	return err
+	if m := statusRE.FindStringSubmatch(err.Error()); m != nil {
+		return errors.New("trace export: the collector answered " + m[1])
+	}
+	return errors.New("trace export failed")
 }
