@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sotercare/jetbridge/config"
 )
@@ -50,6 +51,9 @@ type Options struct {
 	// Registerer, if set, receives the bridge's Prometheus series (README
 	// "Health, status and metrics").
 	Registerer prometheus.Registerer
+	// TracerProvider, if set, turns tracing on (README "Tracing"); nil
+	// costs nothing.
+	TracerProvider trace.TracerProvider
 }
 
 // Bridge delivers the messages of every configured route to its
@@ -69,6 +73,7 @@ type Bridge struct {
 	provisionErr atomic.Pointer[error] // the last provisioning error while Run retries
 	health       *readiness            // stream and consumer checks for Readiness; see readiness.go
 	parts        parts                 // defaultParts(); see parts.go
+	tr           *tracer               // nil when tracing is off; see trace.go
 }
 
 // New builds a Bridge from a validated configuration. It does no I/O:
@@ -88,6 +93,7 @@ func newBridge(cfg *config.Config, js jetstream.JetStream, opts Options, p parts
 		opts:  opts,
 		log:   opts.Logger,
 		dests: make(map[string]*destination, len(cfg.Destinations)),
+		tr:    newTracer(opts.TracerProvider, cfg.Tracing.EventID),
 	}
 	m, err := newMetrics(opts.Registerer, cfg)
 	if err != nil {
@@ -105,6 +111,7 @@ func newBridge(cfg *config.Config, js jetstream.JetStream, opts Options, p parts
 		if err != nil {
 			return nil, err
 		}
+		d.trace = b.tr.forDestination(d)
 		b.dests[name] = d
 	}
 	for _, rc := range cfg.Routes {

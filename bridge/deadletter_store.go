@@ -14,6 +14,7 @@ import (
 
 	"github.com/sotercare/jetbridge/producer"
 	"github.com/sotercare/jetbridge/subjects"
+	"github.com/sotercare/jetbridge/tracing"
 )
 
 // Dead-letter headers; see the README's dead-letter section.
@@ -94,7 +95,7 @@ func (r *route) deadLetter(ctx context.Context, orig nats.Header, data []byte, e
 	}
 	if form.stored && form.form > dlFull {
 		r.b.m.payloadOmitted.WithLabelValues(r.cfg.Name).Inc()
-		r.log.Warn().Uint64("stream_seq", ev.Seq).Int("payload_bytes", len(data)).
+		msgLog(r.log.Warn(), ev).Int("payload_bytes", len(data)).
 			Int64("max_payload", limit).Str("refused_by", form.refusedBy).
 			Bool("headers_omitted", form.form == dlMinimal).Str("reason", reason).
 			Msg("dead letter too large: stored without its payload; the payload stays in the source stream at Bridge-Original-Sequence")
@@ -118,7 +119,8 @@ const (
 )
 
 // keptHeaders are the original headers a minimal dead letter keeps.
-var keptHeaders = []string{producer.HeaderEventID, producer.HeaderEventType, producer.HeaderEventSeverity, producer.HeaderContentType}
+var keptHeaders = []string{producer.HeaderEventID, producer.HeaderEventType, producer.HeaderEventSeverity, producer.HeaderContentType,
+	tracing.HeaderTraceparent, tracing.HeaderTracestate} // the original trace (README "Tracing")
 
 // shrinkDeadLetter returns a copy of the full dead letter in form to
 // (dlNoPayload or dlMinimal); see parts.

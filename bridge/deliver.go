@@ -37,6 +37,8 @@ func (r *route) handle(stop, work context.Context, m jetstream.Msg, w int) {
 		r.settle(m, &event{}, err, 0, nil)
 		return
 	}
+	// The delivery span (trace.go), ended by settle.
+	work = r.b.tr.startDelivery(work, r, m, ev)
 	var held atomic.Pointer[lease] // the idempotency reservation, refreshed with progress acks
 	progress := r.b.parts.progress(r, w, m, &held)
 
@@ -86,7 +88,7 @@ func (r *route) process(stop, work context.Context, ev *event, invalid error, he
 // event. No logger is built per message: at a level the logger hides, e is
 // nil and this and every later field call cost nothing.
 func msgLog(e *zerolog.Event, ev *event) *zerolog.Event {
-	return e.Uint64("stream_seq", ev.Seq).Uint64("delivered", ev.Delivered)
+	return traceLog(e.Uint64("stream_seq", ev.Seq).Uint64("delivered", ev.Delivered), ev)
 }
 
 // deliver runs attempts until one is not held by the open breaker (the
@@ -113,7 +115,9 @@ func (r *route) deliver(stop, work context.Context, p *payload, ev *event) (int,
 		msgLog(r.log.Debug(), ev).Msg("held: circuit breaker open")
 		r.load.held.Add(1)
 		r.dest.held.Add(1)
+		since := time.Now()
 		werr := r.dest.waitUsable(stop)
+		traceWait(ev, eventHold, since)
 		r.dest.held.Add(-1)
 		r.load.held.Add(-1)
 		if werr != nil {
@@ -213,10 +217,14 @@ func (r *route) keep(s *progressSlot, now time.Time, every time.Duration) {
 func (r *route) reserve(stop context.Context, ev *event) (*lease, error) {
 	key := reservationKey(r.cfg.Name, ev.ID)
 	me := holder{stream: ev.Stream, seq: ev.Seq, delivered: ev.Delivered}
+	var since time.Time // when waiting for another delivery's outcome began
 	for {
 		ctx, cancel := context.WithTimeout(stop, settleTimeout)
 		l, err := r.b.idem.Reserve(ctx, key, me, r.cfg.AckWait.D())
 		cancel()
+		if !errors.Is(err, errReserved) && !since.IsZero() {
+			traceWait(ev, eventReservation, since)
+		}
 		var dup *DuplicateEventError
 		switch {
 		case errors.As(err, &dup):
@@ -224,6 +232,9 @@ func (r *route) reserve(stop context.Context, ev *event) (*lease, error) {
 			return nil, err
 		case !errors.Is(err, errReserved):
 			return l, err
+		}
+		if since.IsZero() {
+			since = time.Now()
 		}
 		if sleep(stop, reservePoll); stop.Err() != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInterrupted, err)

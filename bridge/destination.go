@@ -17,6 +17,7 @@ import (
 	"github.com/failsafe-go/failsafe-go/retrypolicy"
 	"github.com/failsafe-go/failsafe-go/timeout"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sotercare/jetbridge/config"
 )
@@ -115,6 +116,7 @@ type destination struct {
 	// remindFirst is the delay of the first outage reminder
 	// (outageRemindFirst; tests shorten it).
 	remindFirst time.Duration
+	trace       *destTrace // try spans (trace.go); nil when tracing is off
 }
 
 // outage is what the breaker's logs say about an outage in progress.
@@ -515,7 +517,13 @@ func (d *destination) backPressure(failure error, maxRetryAfter time.Duration) {
 // arrived, leaving the body open (see response). ctx, the per-try timeout,
 // bounds the request only until then: once a status is received, neither
 // the timeout nor a slow or large body can make the try a failure.
-func (d *destination) try(ctx context.Context, p *payload) (*response, error) {
+func (d *destination) try(ctx context.Context, p *payload) (res *response, err error) {
+	if d.trace != nil {
+		var span trace.Span
+		if ctx, span = d.trace.startTry(ctx); span != nil {
+			defer func() { d.trace.endTry(span, res, err) }()
+		}
+	}
 	reqCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	detach := context.AfterFunc(ctx, cancel) // the timeout or shutdown aborts the request until the headers are in
 	req, err := d.parts.request(reqCtx, d, p, time.Now())
@@ -523,6 +531,9 @@ func (d *destination) try(ctx context.Context, p *payload) (*response, error) {
 		detach()
 		cancel()
 		return nil, &TransportError{Destination: d.name, Kind: kindRequestUnbuildable}
+	}
+	if d.trace != nil {
+		req.Header = d.trace.inject(ctx, req.Header) // from the try span, never the message's header
 	}
 	start := time.Now()
 	if d.budget != nil {

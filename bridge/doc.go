@@ -49,6 +49,8 @@
 // /readyz, /status and /metrics (metrics.go), safetynet.go dead-letters
 // what JetStream gave up on, deadletter_ops.go and deadletter_replay.go
 // are the operator's side of the dead-letter stream (list, show, replay
-// with its guard, purge), and parts.go names the decisions that tests
-// replace with broken variants.
+// with its guard, purge), parts.go names the decisions that tests
+// replace with broken variants, and trace.go makes the spans of a
+// delivery and its tries when Options.TracerProvider is set (README
+// "Tracing"; nil: no span, no allocation).
 package bridge

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sotercare/jetbridge/producer"
 	"github.com/sotercare/jetbridge/subjects"
@@ -27,6 +28,7 @@ type event struct {
 	Metadata    map[string]string
 	ContentType string
 	Payload     []byte
+	span        trace.Span // the delivery span (trace.go); nil when tracing is off
 }
 
 // parseEvent reads a JetStream message. An unusable header gives an

@@ -84,6 +84,7 @@ func (r *route) settle(m jetstream.Msg, ev *event, failure error, tries int, pro
 		// delivery is recognised.
 		msgLog(r.log.Warn(), ev).Str("outcome", out.Outcome).Str("error", err.Error()).Msg("settlement not confirmed by JetStream")
 	}
+	endDelivery(ev, out, dlq)
 	r.b.settled(out)
 }
 

@@ -14,6 +14,7 @@ type Config struct {
 	ShutdownTimeout Duration                `yaml:"shutdown_timeout"`
 	Destinations    map[string]*Destination `yaml:"destinations"`
 	Routes          []*Route                `yaml:"routes"`
+	Tracing         Tracing                 `yaml:"tracing"`
 }
 
 // NATS is how the bridge reaches JetStream.

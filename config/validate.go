@@ -36,6 +36,7 @@ func (c *Config) validate(idx *index, source string) error {
 		v.destination(name, c.Destinations[name])
 	}
 	v.routes(c)
+	v.tracing(&c.Tracing)
 	if len(v.errs) == 0 {
 		return nil
 	}

@@ -81,17 +81,70 @@ type PublishResult struct {
 // Publisher publishes events under the subject scheme and waits for each
 // PubAck. It is safe for concurrent use.
 type Publisher struct {
-	js   jetstream.JetStream
-	root string
+	js      jetstream.JetStream
+	root    string
+	headers func(ctx context.Context, h nats.Header) // see WithHeaders; nil when none
+}
+
+// Option configures a Publisher.
+type Option func(*Publisher)
+
+// WithHeaders sets a hook that Publish calls with its context and an empty
+// header before sending, to add headers taken from the context, such as
+// the W3C traceparent of the caller's span (tracing.Inject does that). A
+// header the hook adds is sent unless the event already has it (in any
+// case): the hook can never replace Nats-Msg-Id, an Event-* header or
+// Content-Type. A hook that sets an invalid name or a value with a
+// control character makes Publish fail before sending.
+func WithHeaders(hook func(ctx context.Context, h nats.Header)) Option {
+	return func(p *Publisher) { p.headers = hook }
 }
 
 // NewPublisher returns a Publisher naming subjects under root ("events"
 // when empty).
-func NewPublisher(js jetstream.JetStream, root string) *Publisher {
+func NewPublisher(js jetstream.JetStream, root string, opts ...Option) *Publisher {
 	if root == "" {
 		root = "events"
 	}
-	return &Publisher{js: js, root: root}
+	p := &Publisher{js: js, root: root}
+	for _, o := range opts {
+		o(p)
+	}
+	return p
+}
+
+// addHeaders runs the header hook and adds what it set to msg (see
+// WithHeaders).
+func (p *Publisher) addHeaders(ctx context.Context, msg *nats.Msg) error {
+	if p.headers == nil {
+		return nil
+	}
+	extra := nats.Header{}
+	p.headers(ctx, extra)
+	for k, vs := range extra {
+		if !validMetaKey(k) {
+			return fmt.Errorf("producer: header hook set an invalid header name %q", k)
+		}
+		for _, v := range vs {
+			if !ValidHeaderValue(v) {
+				return fmt.Errorf("producer: header hook set %s with a control character", k)
+			}
+		}
+		if hasHeader(msg.Header, k) || len(vs) == 0 {
+			continue
+		}
+		msg.Header[k] = vs
+	}
+	return nil
+}
+
+func hasHeader(h nats.Header, key string) bool {
+	for k := range h {
+		if strings.EqualFold(k, key) {
+			return true
+		}
+	}
+	return false
 }
 
 // Message renders ev as the NATS message Publish sends, with its headers
@@ -159,6 +212,9 @@ func (p *Publisher) Message(ev Event) (*nats.Msg, error) {
 func (p *Publisher) Publish(ctx context.Context, ev Event) (PublishResult, error) {
 	msg, err := p.Message(ev)
 	if err != nil {
+		return PublishResult{}, err
+	}
+	if err := p.addHeaders(ctx, msg); err != nil {
 		return PublishResult{}, err
 	}
 	id := msg.Header.Get(HeaderEventID)

@@ -119,7 +119,12 @@ func runDaemon(ctx context.Context, cfg *config.Config, log zerolog.Logger, part
 	}
 	defer conn.close()
 
-	b, err := bridge.New(cfg, conn.js, bridge.Options{Logger: log, Registerer: reg})
+	tp, err := startTracing(ctx, cfg, reg, log)
+	if err != nil {
+		return err
+	}
+	defer tp.Shutdown(0) // bounded: a dead collector delays the exit by at most 5 s
+	b, err := bridge.New(cfg, conn.js, bridge.Options{Logger: log, Registerer: reg, TracerProvider: tp.TracerProvider()})
 	if err != nil {
 		return err
 	}

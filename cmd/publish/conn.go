@@ -13,6 +13,7 @@ import (
 	"github.com/sotercare/jetbridge/config"
 	"github.com/sotercare/jetbridge/internal/cli"
 	"github.com/sotercare/jetbridge/producer"
+	"github.com/sotercare/jetbridge/tracing"
 )
 
 // connName is the client connection name the server shows.
@@ -126,7 +127,8 @@ func connect(o *options) (*conn, error) {
 		nc.Close()
 		return nil, c.scrub(fmt.Errorf("JetStream at %s: %w", redactURL(o.url), err))
 	}
-	c.nc, c.pub = nc, producer.NewPublisher(js, o.root)
+	// The trace of $TRACEPARENT travels with each event (README "Tracing").
+	c.nc, c.pub = nc, producer.NewPublisher(js, o.root, producer.WithHeaders(tracing.InjectEnvironment))
 	return c, nil
 }
 

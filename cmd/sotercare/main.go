@@ -33,6 +33,7 @@ import (
 	"github.com/sotercare/jetbridge/internal/cli/logs"
 	"github.com/sotercare/jetbridge/internal/sotercare"
 	"github.com/sotercare/jetbridge/producer"
+	"github.com/sotercare/jetbridge/tracing"
 )
 
 // shutdownTimeout bounds the wait for requests in progress on shutdown.
@@ -139,7 +140,7 @@ func serve(ctx context.Context, listen, natsURL, root string, timeout time.Durat
 	if err != nil {
 		return err
 	}
-	h := sotercare.NewHandler(producer.NewPublisher(js, root), sotercare.Options{Logger: log, PublishTimeout: timeout})
+	h := sotercare.NewHandler(producer.NewPublisher(js, root, producer.WithHeaders(tracing.Inject)), sotercare.Options{Logger: log, PublishTimeout: timeout})
 
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {

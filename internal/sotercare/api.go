@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sotercare/jetbridge/producer"
+	"github.com/sotercare/jetbridge/tracing"
 )
 
 // Error codes of the API.
@@ -96,7 +97,8 @@ func (a *api) postEvent(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	log = log.With().Str("event_id", reading.EventID).Logger()
-	ctx, cancel := context.WithTimeout(r.Context(), a.opts.PublishTimeout)
+	// The caller's traceparent, if valid, is the published event's parent.
+	ctx, cancel := context.WithTimeout(tracing.ExtractHTTP(r.Context(), r.Header), a.opts.PublishTimeout)
 	defer cancel()
 	rc, err := Submit(ctx, a.p, reading, cid)
 	switch {

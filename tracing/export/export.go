@@ -1,0 +1,266 @@
+// Package export builds jetbridge's OpenTelemetry tracer provider from the
+// standard OTEL_* environment variables (README "Tracing"): OTLP over
+// HTTP/protobuf or gRPC through autoexport, the sampler of
+// OTEL_TRACES_SAMPLER, the resource of OTEL_SERVICE_NAME and
+// OTEL_RESOURCE_ATTRIBUTES (service name jetbridge by default).
+//
+// Invariant: a collector that is slow, hangs or is down never slows the
+// code that ends spans. Spans wait in a bounded queue
+// (OTEL_BSP_MAX_QUEUE_SIZE, 2048 by default); a span that finds it full is
+// dropped and counted (bridge_trace_spans_dropped_total), never waited
+// for. Exporter headers (OTEL_EXPORTER_OTLP_HEADERS) are never logged.
+package export
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/contrib/exporters/autoexport"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sotercare/jetbridge/tracing"
+)
+
+// DefaultServiceName is service.name unless OTEL_SERVICE_NAME or
+// OTEL_RESOURCE_ATTRIBUTES says otherwise.
+const DefaultServiceName = "jetbridge"
+
+// DefaultShutdownTimeout bounds Provider.Shutdown: the final export of the
+// queued spans.
+const DefaultShutdownTimeout = 5 * time.Second
+
+// defaultQueueSize is the BatchSpanProcessor's default queue.
+const defaultQueueSize = 2048
+
+// Settings are what the caller adds to the environment.
+type Settings struct {
+	// Endpoint is the OTLP endpoint from the configuration file
+	// (tracing.endpoint), used only when neither
+	// OTEL_EXPORTER_OTLP_ENDPOINT nor OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
+	// is set. A URL without a path gets /v1/traces (HTTP), as the
+	// variables do. Empty: tracing is on only when a variable sets one.
+	Endpoint string
+	// Registerer, if set, receives bridge_trace_spans_dropped_total.
+	Registerer prometheus.Registerer
+	// OnError, if set, receives export errors (otherwise OpenTelemetry
+	// prints them to stderr). They carry no header values; a *url.Error
+	// is reduced to its cause, so no query string leaks.
+	OnError func(error)
+}
+
+// Provider is a running tracer provider. The zero *Provider (tracing off)
+// is valid: TracerProvider returns nil and Shutdown does nothing.
+type Provider struct {
+	tp      *sdktrace.TracerProvider
+	gate    *gate
+	dropped prometheus.Counter
+}
+
+// Enabled reports whether Setup would build a provider: an OTLP endpoint
+// is set (by a variable or s.Endpoint), OTEL_SDK_DISABLED is not true and
+// OTEL_TRACES_EXPORTER is not none.
+func Enabled(s Settings) bool {
+	if strings.EqualFold(os.Getenv("OTEL_SDK_DISABLED"), "true") || os.Getenv("OTEL_TRACES_EXPORTER") == "none" {
+		return false
+	}
+	return envEndpoint() || s.Endpoint != ""
+}
+
+func envEndpoint() bool {
+	return os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
+}
+
+// Setup builds the tracer provider, or returns nil (tracing off) when
+// Enabled says so. It also sets the global propagator to W3C Trace Context
+// and Baggage (the default one is a no-op) and the global error handler.
+// It does not dial: a collector that is down is found out at the first
+// export. Errors name the variable or key at fault.
+func Setup(ctx context.Context, s Settings) (*Provider, error) {
+	if !Enabled(s) {
+		return nil, nil
+	}
+	queue := defaultQueueSize
+	if v := os.Getenv("OTEL_BSP_MAX_QUEUE_SIZE"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("OTEL_BSP_MAX_QUEUE_SIZE %q: want a positive integer", v)
+		}
+		queue = n
+	}
+	exp, err := newExporter(ctx, s.Endpoint)
+	if err != nil {
+		return nil, err
+	}
+	res, err := resource.New(ctx,
+		resource.WithSchemaURL(semconv.SchemaURL),
+		resource.WithAttributes(semconv.ServiceName(DefaultServiceName)),
+		resource.WithTelemetrySDK(),
+		resource.WithFromEnv(), // OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES override the default
+	)
+	if err != nil {
+		return nil, fmt.Errorf("OTEL_RESOURCE_ATTRIBUTES: %w", err)
+	}
+	p := &Provider{dropped: prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "bridge_trace_spans_dropped_total",
+		Help: "Spans dropped because the export queue was full (collector slow or down).",
+	})}
+	if s.Registerer != nil {
+		if err := s.Registerer.Register(p.dropped); err != nil {
+			return nil, fmt.Errorf("tracing: metrics: %w", err)
+		}
+	}
+	g := &gate{limit: int64(queue), dropped: p.dropped}
+	g.next = sdktrace.NewBatchSpanProcessor(countingExporter{SpanExporter: exp, g: g}, sdktrace.WithMaxQueueSize(queue))
+	p.gate = g
+	// The sampler comes from OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG
+	// (default parentbased_always_on).
+	p.tp = sdktrace.NewTracerProvider(sdktrace.WithResource(res), sdktrace.WithSpanProcessor(g))
+	otel.SetTextMapPropagator(tracing.Propagator())
+	if s.OnError != nil {
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { s.OnError(safeError(err)) }))
+	}
+	return p, nil
+}
+
+// newExporter is autoexport's exporter for the variables, or an OTLP
+// exporter for the configured endpoint when no variable names one (with
+// the protocol of OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL).
+func newExporter(ctx context.Context, endpoint string) (sdktrace.SpanExporter, error) {
+	if envEndpoint() || endpoint == "" {
+		exp, err := autoexport.NewSpanExporter(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("OTEL_TRACES_EXPORTER / OTEL_EXPORTER_OTLP_PROTOCOL: %w", err)
+		}
+		return exp, nil
+	}
+	u, err := url.Parse(endpoint)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, errors.New("tracing.endpoint: want an http:// or https:// URL")
+	}
+	proto := os.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+	if proto == "" {
+		proto = os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
+	}
+	switch proto {
+	case "grpc":
+		return otlptracegrpc.New(ctx, otlptracegrpc.WithEndpointURL(endpoint))
+	case "", "http/protobuf":
+		if u.Path == "" || u.Path == "/" {
+			u.Path = "/v1/traces"
+		}
+		return otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(u.String()))
+	}
+	return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL %q: want http/protobuf or grpc", proto)
+}
+
+// TracerProvider is the provider to pass to the bridge (nil when off).
+func (p *Provider) TracerProvider() trace.TracerProvider {
+	if p == nil {
+		return nil
+	}
+	return p.tp
+}
+
+// Dropped is the number of spans dropped so far because the queue was
+// full.
+func (p *Provider) Dropped() uint64 {
+	if p == nil {
+		return 0
+	}
+	return uint64(p.gate.droppedN.Load())
+}
+
+// Shutdown exports what is queued and stops, within timeout
+// (DefaultShutdownTimeout when 0): a dead collector delays a shutdown by
+// at most that much.
+func (p *Provider) Shutdown(timeout time.Duration) error {
+	if p == nil {
+		return nil
+	}
+	if timeout <= 0 {
+		timeout = DefaultShutdownTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return p.tp.Shutdown(ctx)
+}
+
+// gate sits in front of the BatchSpanProcessor and counts the sampled
+// spans handed to it that have not reached the exporter yet. At limit
+// (the processor's queue size) it drops the span itself and counts it:
+// the processor's own queue therefore never overflows, and the processor
+// would drop silently.
+type gate struct {
+	next     sdktrace.SpanProcessor
+	limit    int64
+	pending  atomic.Int64
+	droppedN atomic.Int64
+	dropped  prometheus.Counter
+}
+
+func (g *gate) OnStart(parent context.Context, s sdktrace.ReadWriteSpan) { g.next.OnStart(parent, s) }
+
+func (g *gate) OnEnd(s sdktrace.ReadOnlySpan) {
+	if !s.SpanContext().IsSampled() {
+		return // the processor ignores these too
+	}
+	if g.pending.Add(1) > g.limit {
+		g.pending.Add(-1)
+		g.droppedN.Add(1)
+		g.dropped.Inc()
+		return
+	}
+	g.next.OnEnd(s)
+}
+
+func (g *gate) Shutdown(ctx context.Context) error   { return g.next.Shutdown(ctx) }
+func (g *gate) ForceFlush(ctx context.Context) error { return g.next.ForceFlush(ctx) }
+
+// countingExporter tells the gate which spans left the queue.
+type countingExporter struct {
+	sdktrace.SpanExporter
+	g *gate
+}
+
+func (e countingExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+	e.g.pending.Add(-int64(len(spans)))
+	return e.SpanExporter.ExportSpans(ctx, spans)
+}
+
+// statusRE finds the HTTP status in otlptracehttp's "failed to send to
+// URL: STATUS (body: ...)".
+var statusRE = regexp.MustCompile(`failed to send to \S+: ([1-5][0-9][0-9])\b`)
+
+// safeError is what may be logged of an export error: the operation and
+// network cause of a *url.Error (whose own text carries the URL, query
+// included), a timeout, or the collector's HTTP status. Nothing else of
+// the text is kept: otlptracehttp quotes the URL and the collector's
+// response body.
+func safeError(err error) error {
+	var ue *url.Error
+	switch {
+	case errors.As(err, &ue):
+		return fmt.Errorf("trace export: %s: %w", ue.Op, ue.Err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return errors.New("trace export: timed out")
+	}
+	if m := statusRE.FindStringSubmatch(err.Error()); m != nil {
+		return errors.New("trace export: the collector answered " + m[1])
+	}
+	return errors.New("trace export failed")
+}
