@@ -316,31 +316,37 @@ func TestFailedDeliveriesReleaseTheirReservations(t *testing.T) {
 	})
 }
 
+// lostAck delivers one event through a bridge whose connection closes
+// right after the 2xx was seen (and, with idempotency, recorded as done),
+// so its ack is lost; a second bridge then gets the redelivery after
+// ack_wait. It returns the destination and the second bridge.
+func lostAck(t testing.TB, routeYAML string, idempotent bool) (*sinktest.Sink, *harness) {
+	sink := sinktest.New(t, sinktest.Always(200))
+	cfg := testConfig(t, routeYAML, sink.URL(), idempotent)
+	srv := natstest.Start(t)
+	var conn atomic.Pointer[nats.Conn]
+	h1 := startBridgeOn(t, srv, cfg, faults{beforeAck: func() {
+		if nc := conn.Swap(nil); nc != nil {
+			nc.Close()
+		}
+	}})
+	conn.Store(h1.nc)
+	h1.publish("events.info.x", "e1", []byte(`{}`), nil)
+	sink.WaitCount(t, 1, settleWait)
+	h1.waitOutcomes(1, settleWait, nil)
+	h2 := startBridgeOn(t, srv, cfg, faults{}) // the redelivery comes after ack_wait
+	h2.waitOutcomes(1, settleWait, nil)
+	h2.quiet("r")
+	return sink, h2
+}
+
 // The ack of a 2xx is lost (the bridge's connection closes right after the
 // event was recorded as done): the redelivery sends nothing. Without
 // idempotency the same loss costs a second request with the same
 // Idempotency-Key and X-Event-Id: the documented at-least-once behaviour,
 // which shows the test measures the store, not luck.
 func TestLostAckAfter2xx(t *testing.T) {
-	run := func(t testing.TB, idempotent bool) (*sinktest.Sink, *harness) {
-		sink := sinktest.New(t, sinktest.Always(200))
-		cfg := testConfig(t, idemRoute, sink.URL(), idempotent)
-		srv := natstest.Start(t)
-		var conn atomic.Pointer[nats.Conn]
-		h1 := startBridgeOn(t, srv, cfg, faults{beforeAck: func() {
-			if nc := conn.Swap(nil); nc != nil {
-				nc.Close()
-			}
-		}})
-		conn.Store(h1.nc)
-		h1.publish("events.info.x", "e1", []byte(`{}`), nil)
-		sink.WaitCount(t, 1, settleWait)
-		h1.waitOutcomes(1, settleWait, nil)
-		h2 := startBridgeOn(t, srv, cfg, faults{}) // the redelivery comes after ack_wait
-		h2.waitOutcomes(1, settleWait, nil)
-		h2.quiet("r")
-		return sink, h2
-	}
+	run := func(t testing.TB, idempotent bool) (*sinktest.Sink, *harness) { return lostAck(t, idemRoute, idempotent) }
 	t.Run("idempotent route", func(t *testing.T) {
 		sink, h2 := run(t, true)
 		if n := sink.Count(); n != 1 {
@@ -432,23 +438,7 @@ func TestChildBridge(t *testing.T) {
 // max-deliveries, which shows the test reaches the exhausted path.
 func TestDeliveredEventPastMaxDeliverIsADuplicate(t *testing.T) {
 	run := func(t testing.TB, idempotent bool) (*sinktest.Sink, *harness) {
-		sink := sinktest.New(t, sinktest.Always(200))
-		cfg := testConfig(t, idemRoute+"    max_deliver: 1\n", sink.URL(), idempotent)
-		srv := natstest.Start(t)
-		var conn atomic.Pointer[nats.Conn]
-		h1 := startBridgeOn(t, srv, cfg, faults{beforeAck: func() {
-			if nc := conn.Swap(nil); nc != nil {
-				nc.Close()
-			}
-		}})
-		conn.Store(h1.nc)
-		h1.publish("events.info.x", "e1", []byte(`{}`), nil)
-		sink.WaitCount(t, 1, settleWait)
-		h1.waitOutcomes(1, settleWait, nil)
-		h2 := startBridgeOn(t, srv, cfg, faults{}) // the redelivery comes after ack_wait
-		h2.waitOutcomes(1, settleWait, nil)
-		h2.quiet("r")
-		return sink, h2
+		return lostAck(t, idemRoute+"    max_deliver: 1\n", idempotent)
 	}
 	t.Run("idempotent route", func(t *testing.T) {
 		sink, h2 := run(t, true)
