@@ -346,7 +346,9 @@ func lostAck(t testing.TB, routeYAML string, idempotent bool) (*sinktest.Sink, *
 // Idempotency-Key and X-Event-Id: the documented at-least-once behaviour,
 // which shows the test measures the store, not luck.
 func TestLostAckAfter2xx(t *testing.T) {
-	run := func(t testing.TB, idempotent bool) (*sinktest.Sink, *harness) { return lostAck(t, idemRoute, idempotent) }
+	run := func(t testing.TB, idempotent bool) (*sinktest.Sink, *harness) {
+		return lostAck(t, idemRoute, idempotent)
+	}
 	t.Run("idempotent route", func(t *testing.T) {
 		sink, h2 := run(t, true)
 		if n := sink.Count(); n != 1 {
