@@ -76,3 +76,24 @@ routes:
 		})
 	}
 }
+
+// The dead-letter line carries what `bridge dlq show` needs: the event id
+// and the dead letter's sequence, besides the reason and the status.
+func TestDeadLetterLogNamesTheDeadLetter(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(400) }))
+	t.Cleanup(srv.Close)
+	cfg := testConfig(t, `
+destinations:
+  d: {url: %s, circuit_breaker: {enabled: false}}
+routes:
+  - {name: r, subjects: ["events.>"], destination: d}
+`, srv.URL)
+	h := startBridge(t, cfg, faults{})
+	h.publish("events.info.x", "e1", []byte(`{}`), nil)
+	if out := h.waitOutcomes(1, settleWait, nil); len(out) != 1 || out[0].Outcome != OutcomeDeadLettered {
+		t.Fatalf("settlements %+v, want one dead letter", h.outcomes())
+	}
+	if n := logLines(h.logs.String(), `"message":"dead-lettered"`, `"event_id":"e1"`, `"dlq_seq":1`, `"reason":"rejected"`, `"status":400`); n != 1 {
+		t.Fatalf("%d dead-letter lines with the event id, dlq_seq, reason and status, want 1:\n%s", n, h.logs.String())
+	}
+}
