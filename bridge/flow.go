@@ -42,6 +42,10 @@ const (
 	adaptiveWindowMin     = 250 * time.Millisecond
 	adaptiveWindowMax     = 2 * time.Second
 	adaptiveWindowSamples = 50
+	// adaptiveBaselineAge is how many recent windows the baseline latency
+	// averages: long, so that it stays near the unloaded latency instead of
+	// drifting up with the queueing the limit is meant to avoid.
+	adaptiveBaselineAge = 100
 )
 
 // slowStartRound is the shortest step of the slow-start ramp: the cap
@@ -402,6 +406,7 @@ func newLimiter(c *config.Concurrency) limiter {
 		return adaptiveLimit{l: adaptivelimiter.NewBuilder[any]().
 			WithLimits(uint(c.Min), uint(c.Max), uint(initial)).
 			WithRecentWindow(adaptiveWindowMin, adaptiveWindowMax, adaptiveWindowSamples).
+			WithBaselineWindow(adaptiveBaselineAge).
 			Build()}
 	}
 	return fixedLimit{b: bulkhead.New[any](uint(c.Max)), max: c.Max}
