@@ -262,8 +262,12 @@ func newDestination(cfg *config.Destination, log zerolog.Logger, onState func(de
 			WithDelay(cb.Delay.D()).
 			WithSuccessThreshold(uint(cb.SuccessThreshold)).
 			OnStateChanged(func(e circuitbreaker.StateChangedEvent) {
-				if e.NewState == circuitbreaker.ClosedState {
-					d.gate.startRamp() // slow start after an outage
+				if e.OldState == circuitbreaker.ClosedState {
+					// Slow start after the outage: the ramp begins now, at one
+					// attempt at a time, so that held messages waking up while
+					// the breaker half-opens and closes pass the gate one by
+					// one; it grows once attempts succeed again.
+					d.gate.startRamp()
 				}
 				d.transition(breakerState(e.OldState), breakerState(e.NewState), onState)
 				next := make(chan struct{})

@@ -283,7 +283,8 @@ func (g *gate) settle() {
 }
 
 // startRamp begins a slow start from one attempt at a time: the breaker
-// closed, or a pause ended.
+// opened (the ramp then grows only once attempts succeed, after it
+// closed), or a pause ended.
 func (g *gate) startRamp() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
