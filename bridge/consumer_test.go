@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/sotercare/jetbridge/internal/natstest"
 	"github.com/sotercare/jetbridge/internal/sinktest"
 )
@@ -151,6 +153,25 @@ func TestReadinessFollowsStreams(t *testing.T) {
 			t.Fatal(err)
 		}
 		if err := notReady(r, "dead-letter stream "+h.cfg.DeadLetter.Stream+" is sealed"); err != nil {
+			return err
+		}
+		// Full, discarding new messages: an operator's limit reached.
+		dlc.Sealed = false
+		if err := h.js.DeleteStream(ctx, h.cfg.DeadLetter.Stream); err != nil {
+			t.Fatal(err)
+		}
+		fullCfg := dlc
+		fullCfg.MaxMsgs, fullCfg.Discard = 1, jetstream.DiscardNew
+		if _, err := h.js.CreateStream(ctx, fullCfg); err != nil {
+			t.Fatal(err)
+		}
+		if err := isReady(r); err != nil {
+			return err
+		}
+		if _, err := h.pub.Publish(ctx, h.cfg.DeadLetter.SubjectPrefix+".r.events.info.x", []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+		if err := notReady(r, "dead-letter stream "+h.cfg.DeadLetter.Stream+" is full"); err != nil {
 			return err
 		}
 		if err := h.js.DeleteStream(ctx, h.cfg.DeadLetter.Stream); err != nil {

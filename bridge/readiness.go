@@ -213,8 +213,20 @@ func (b *Bridge) checkDeadLetterStream(ctx context.Context) string {
 		return "?"
 	case s.CachedInfo().Config.Sealed:
 		return "dead-letter stream " + name + " is sealed: dead letters cannot be stored (messages that need one are redelivered)"
+	case full(s.CachedInfo()):
+		return "dead-letter stream " + name + " is full and discards new messages: dead letters cannot be stored (messages that need one are redelivered); purge or replay dead letters, or raise its limits"
 	}
 	return ""
+}
+
+// full reports whether a stream that discards new messages has reached
+// one of its limits, so that it refuses the next message.
+func full(info *jetstream.StreamInfo) bool {
+	c, st := info.Config, info.State
+	if c.Discard != jetstream.DiscardNew {
+		return false
+	}
+	return c.MaxMsgs > 0 && st.Msgs >= uint64(c.MaxMsgs) || c.MaxBytes > 0 && st.Bytes >= uint64(c.MaxBytes)
 }
 
 // rebindAfterStreamLoss creates the consumers of a source stream that was
