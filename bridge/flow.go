@@ -23,7 +23,7 @@ import (
 //     destination is paused by a Retry-After (back-pressure), at most the
 //     concurrency limit at once (failsafe-go's bulkhead, or its adaptive
 //     limiter, asked without waiting), at most the slow-start ramp after
-//     the breaker closes or a pause ends, and the waiters highest severity
+//     an outage (from the breaker's opening) or a pause, and the waiters highest severity
 //     first, in arrival order within a severity (no failsafe-go policy
 //     orders waiters, so this ordering is the gate's own);
 //   - the rate limit (failsafe-go's bursty rate limiter) gives every HTTP

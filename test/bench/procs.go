@@ -144,6 +144,16 @@ func (c *child) logTail() string {
 // It is 100 on every Linux architecture Go supports.
 const clockTicks = 100
 
+// usage is the CPU time and peak RSS of process pid so far.
+func usage(pid int) (time.Duration, int64, error) {
+	cpu, err := cpuTime(pid)
+	if err != nil {
+		return 0, 0, err
+	}
+	rss, err := peakRSS(pid)
+	return cpu, rss, err
+}
+
 // cpuTime is the CPU time (user + system) the process has used so far.
 func cpuTime(pid int) (time.Duration, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))

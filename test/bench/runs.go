@@ -105,11 +105,7 @@ func (e *env) drainRun(ctx context.Context, n int, sys system, pub *publisher, n
 	if err != nil {
 		return result{}, err
 	}
-	cpu1, err := cpuTime(s.pid())
-	if err != nil {
-		return result{}, err
-	}
-	rss, err := peakRSS(s.pid())
+	cpu1, rss, err := usage(s.pid())
 	if err != nil {
 		return result{}, err
 	}
@@ -163,11 +159,7 @@ func (e *env) latencyRun(ctx context.Context, sys system, pub *publisher, natsUR
 	if _, err := e.waitUnique(ctx, s, total, stallTimeout, nil); err != nil {
 		return result{}, err
 	}
-	cpu1, err := cpuTime(s.pid())
-	if err != nil {
-		return result{}, err
-	}
-	rss, err := peakRSS(s.pid())
+	cpu1, rss, err := usage(s.pid())
 	if err != nil {
 		return result{}, err
 	}
