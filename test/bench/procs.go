@@ -198,6 +198,33 @@ func peakRSS(pid int) (int64, error) {
 	return 0, fmt.Errorf("/proc/%d/status: no VmHWM", pid)
 }
 
+// syscalls is how many read and write system calls (syscr + syscw of
+// /proc/<pid>/io) the process has made so far.
+func syscalls(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	found := 0
+	for line := range strings.SplitSeq(string(b), "\n") {
+		name, v, ok := strings.Cut(line, ":")
+		if !ok || (name != "syscr" && name != "syscw") {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/io: %s: %w", pid, name, err)
+		}
+		total += n
+		found++
+	}
+	if found != 2 {
+		return 0, fmt.Errorf("/proc/%d/io: no syscr and syscw", pid)
+	}
+	return total, nil
+}
+
 // startPerf records the process pid with Linux perf (call graphs, 999 Hz)
 // into out until stopped or until the process exits. Read the file with
 // `perf report -i out`.

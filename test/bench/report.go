@@ -77,6 +77,7 @@ func metrics(k kind) []metric {
 			{header: "msgs/s", get: func(r result) float64 { return r.rate }, format: thousands, ratio: true},
 			cpu, rss,
 			{header: "sink TCP conns (max of runs)", get: func(r result) float64 { return r.conns }, format: thousands, agg: maxOf},
+			{header: "syscalls / msg", get: func(r result) float64 { return r.syscalls }, format: fixed(1), ratio: true},
 			dups,
 		}
 	case latency:

@@ -23,6 +23,7 @@ type result struct {
 	rssMB     float64 // peak RSS (VmHWM) of the system process, MiB
 	conns     float64 // TCP connections the sink accepted
 	dups      float64 // requests for a message the sink had already seen
+	syscalls  float64 // read and write system calls of the system process per message
 	p50, p99  float64 // publish-to-delivery latency, ms
 	p999      float64
 	cpuShare  float64 // CPU of the system over the window, % of one core
@@ -91,6 +92,7 @@ func (e *env) drainRun(ctx context.Context, n int, sys system, pub *publisher, n
 	// CPU is counted from the first request the sink sees: the start-up
 	// (config, connection, provisioning) is not part of the drain.
 	var cpu0 time.Duration
+	var sys0 int64
 	started := false
 	firstRequest := func(st sinkStats) error {
 		if started || st.Requests == 0 {
@@ -98,7 +100,10 @@ func (e *env) drainRun(ctx context.Context, n int, sys system, pub *publisher, n
 		}
 		started = true
 		var err error
-		cpu0, err = cpuTime(s.pid())
+		if cpu0, err = cpuTime(s.pid()); err != nil {
+			return err
+		}
+		sys0, err = syscalls(s.pid())
 		return err
 	}
 	st, err := e.waitUnique(ctx, s, n, time.Minute+time.Duration(n)*2*time.Millisecond, firstRequest)
@@ -106,6 +111,10 @@ func (e *env) drainRun(ctx context.Context, n int, sys system, pub *publisher, n
 		return result{}, err
 	}
 	cpu1, rss, err := usage(s.pid())
+	if err != nil {
+		return result{}, err
+	}
+	sys1, err := syscalls(s.pid())
 	if err != nil {
 		return result{}, err
 	}
@@ -120,6 +129,7 @@ func (e *env) drainRun(ctx context.Context, n int, sys system, pub *publisher, n
 		rssMB:     float64(rss) / (1 << 20),
 		conns:     float64(st.Conns),
 		dups:      float64(st.Dups),
+		syscalls:  float64(sys1-sys0) / float64(n),
 	}, nil
 }
 
