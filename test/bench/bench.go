@@ -18,8 +18,16 @@ import (
 func runBench(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: go run ./test/bench [flags]\n\nEnd-to-end benchmark of the bridge binary against a naive reference bridge (README \"Performance\").\n\n")
+		out := fs.Output()
+		fmt.Fprintf(out, "usage: go run ./test/bench [flags]\n\nEnd-to-end benchmark of the bridge binary against a naive reference bridge (README \"Performance\").\n\n")
 		fs.PrintDefaults()
+		fmt.Fprintf(out, "\nScenarios (A vs B, in the order they run; figures of a full run):\n")
+		for _, sc := range allScenarios(defaultOptions(false)) {
+			fmt.Fprintf(out, "  %-12s %s\n  %-12s A: %s; B: %s\n", sc.name, sc.title, "", sc.a.label(), sc.b.label())
+		}
+		fmt.Fprintf(out, "\nfloor and overhead split a missed throughput or CPU target: floor is what the\n"+
+			"work the contract requires (the envelope, a confirmed ack) costs the naive\n"+
+			"bridge, overhead what jetbridge costs beyond it.\n")
 	}
 	quick := fs.Bool("quick", false, "smaller backlogs, 3 runs, shorter windows: a few minutes")
 	list := fs.String("scenarios", "", "comma-separated scenarios to run (default all): "+strings.Join(scenarioNames(), ","))
@@ -28,7 +36,9 @@ func runBench(ctx context.Context, args []string) error {
 	bridgeBin := fs.String("bridge", "", "use this bridge binary instead of building ./cmd/bridge")
 	keep := fs.Bool("keep", false, "keep the temp dir (logs of the last runs)")
 	perfDir := fs.String("perf", "", "record each drain run's system process with Linux `perf record -g` into this directory (those runs' figures include perf's overhead)")
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		return nil
+	} else if err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

@@ -5,6 +5,15 @@
 // here, the two alternating run by run (A B A B …). It prints medians and
 // paired ratios as Markdown tables, then the issue's targets met or missed.
 //
+// Two scenarios are floor references. The naive bridge's -envelope and
+// -confirm options each add one piece of the work jetbridge's contract
+// requires and the naive bridge skips: the JSON envelope of README "The
+// request" (json.Valid, the same bytes, appended into a reused buffer) and
+// the confirmed ack (DoubleAck). "floor" measures that naive bridge against
+// the plain one, the cost of the required work alone; "overhead" measures
+// jetbridge against that floor, the cost of jetbridge beyond it. Under a
+// missed throughput or CPU target the targets table prints both.
+//
 //	go run ./test/bench            # every scenario, 5 pairs each (~15 min on 2 cores)
 //	go run ./test/bench -quick     # smaller N, 3 pairs: about 3 minutes
 //	go run ./test/bench -scenarios envelope,latency -runs 7

@@ -3,28 +3,53 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sotercare/jetbridge/producer"
+	"github.com/sotercare/jetbridge/subjects"
 )
+
+// confirmTimeout bounds the confirmed ack (DoubleAck) of -confirm.
+const confirmTimeout = 5 * time.Second
 
 // runNaive is the "_naive" role: the reference bridge the issue compares
 // jetbridge with, what one writes in an afternoon. A durable consumer read
 // with Consume, K goroutines, each POSTing the raw body and acking on 2xx,
 // naking (immediate redelivery) otherwise. No envelope, no breaker, no
 // retries, no metrics, no dead letters. It prints "ready" once consuming.
+//
+// Two flags turn it into a floor reference: each adds exactly one piece of
+// work the bridge's contract requires and nothing else, written as lean as
+// it can be, so that the "floor" scenario measures what that work alone
+// costs a minimal bridge:
+//
+//   - -envelope sends the body of README "The request" (format envelope),
+//     byte for byte what the bridge sends: the payload checked with
+//     json.Valid, then the envelope appended into a buffer each goroutine
+//     reuses, Content-Type application/json. A payload that is not JSON is
+//     terminated (the bridge dead-letters it; the benchmark publishes none).
+//   - -confirm settles with a confirmed ack (DoubleAck, a request-reply to
+//     the server, bounded by confirmTimeout) instead of a plain Ack.
 func runNaive(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("_naive", flag.ContinueOnError)
 	natsURL := fs.String("nats", "", "NATS URL")
 	dest := fs.String("url", "", "destination URL")
 	k := fs.Int("k", 64, "concurrent requests")
 	stream := fs.String("stream", "EVENTS", "stream")
+	envelope := fs.Bool("envelope", false, "send the bridge's JSON envelope instead of the raw body")
+	confirm := fs.Bool("confirm", false, "confirmed ack (DoubleAck) instead of a plain Ack")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -52,6 +77,15 @@ func runNaive(ctx context.Context, args []string) error {
 		Timeout:   5 * time.Second,
 		Transport: &http.Transport{MaxIdleConns: *k, MaxIdleConnsPerHost: *k, IdleConnTimeout: time.Minute},
 	}
+	ack := func(m jetstream.Msg) {
+		if !*confirm {
+			_ = m.Ack()
+			return
+		}
+		actx, cancel := context.WithTimeout(ctx, confirmTimeout)
+		_ = m.DoubleAck(actx)
+		cancel()
+	}
 
 	msgs := make(chan jetstream.Msg)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
@@ -66,11 +100,25 @@ func runNaive(ctx context.Context, args []string) error {
 	var wg sync.WaitGroup
 	for range *k {
 		wg.Go(func() {
+			var buf []byte // -envelope: this goroutine's body, reused
 			for {
 				select {
 				case m := <-msgs:
-					if post(ctx, client, *dest, m.Data()) {
-						_ = m.Ack()
+					body := m.Data()
+					if *envelope {
+						if !json.Valid(body) {
+							_ = m.Term()
+							continue
+						}
+						var err error
+						if buf, err = appendFloorEnvelope(buf[:0], m); err != nil {
+							_ = m.Term()
+							continue
+						}
+						body = buf
+					}
+					if post(ctx, client, *dest, body) {
+						ack(m)
 					} else {
 						_ = m.Nak()
 					}
@@ -87,7 +135,12 @@ func runNaive(ctx context.Context, args []string) error {
 	return nil
 }
 
-// post sends body and reports whether the destination answered 2xx.
+// post sends body and reports whether the destination answered 2xx. The
+// caller may reuse body once post returns: a *bytes.Reader body is written
+// whole, and the sink reads it all before it answers. A bridge facing any
+// destination cannot assume the latter, which is why the bridge allocates
+// each body (its payload type in bridge/request.go): the floor is a little
+// cheaper there than the bridge can be.
 func post(ctx context.Context, c *http.Client, url string, body []byte) bool {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
@@ -101,4 +154,81 @@ func post(ctx context.Context, c *http.Client, url string, body []byte) bool {
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	return resp.StatusCode/100 == 2
+}
+
+// appendFloorEnvelope appends the envelope of m (README "The request"):
+//
+//	{"id":…,"eventType":…,"severity":…,"subject":…,"metadata":{…},"payload":…,"publishedAt":…}
+//
+// with the same fields, order and escaping as the bridge: id from Event-Id,
+// else Nats-Msg-Id, else STREAM:SEQ; type and severity from the subject
+// unless Event-Type / a valid Event-Severity say otherwise; metadata from
+// the Event-Meta-* headers, keys sorted; the payload, already validated,
+// copied as is; publishedAt the stream's timestamp in UTC.
+func appendFloorEnvelope(b []byte, m jetstream.Msg) ([]byte, error) {
+	md, err := m.Metadata()
+	if err != nil {
+		return b, err
+	}
+	h := m.Headers()
+	id := h.Get(producer.HeaderEventID)
+	if id == "" {
+		id = h.Get(jetstream.MsgIDHeader)
+	}
+	if id == "" {
+		id = fmt.Sprintf("%s:%d", md.Stream, md.Sequence.Stream)
+	}
+	typ, sev := subjects.Describe(m.Subject())
+	if v := h.Get(producer.HeaderEventType); v != "" {
+		typ = v
+	}
+	if v := h.Get(producer.HeaderEventSeverity); v != "" {
+		if s, err := subjects.ParseSeverity(v); err == nil {
+			sev = s
+		}
+	}
+	b = append(b, `{"id":`...)
+	b = appendString(b, id)
+	b = append(b, `,"eventType":`...)
+	b = appendString(b, typ)
+	b = append(b, `,"severity":`...)
+	b = appendString(b, string(sev))
+	b = append(b, `,"subject":`...)
+	b = appendString(b, m.Subject())
+	b = append(b, `,"metadata":{`...)
+	var keys []string
+	for k, vs := range h {
+		if key, ok := strings.CutPrefix(k, producer.HeaderMetaPrefix); ok && key != "" && len(vs) > 0 {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, strings.TrimPrefix(k, producer.HeaderMetaPrefix))
+		b = append(b, ':')
+		b = appendString(b, h[k][0])
+	}
+	b = append(b, `},"payload":`...)
+	b = append(b, m.Data()...)
+	b = append(b, `,"publishedAt":"`...)
+	b = md.Timestamp.UTC().AppendFormat(b, time.RFC3339Nano)
+	return append(b, `"}`...), nil
+}
+
+// appendString appends s as a JSON string escaped as encoding/json escapes
+// it: copied as is when it needs no escaping (ids and subjects do not),
+// else through json.Marshal.
+func appendString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < ' ' || c >= utf8.RuneSelf || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // a string always marshals
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }

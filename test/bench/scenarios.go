@@ -68,6 +68,10 @@ const (
 func allScenarios(o options) []scenario {
 	jb := func(inFlight int) system { return system{inFlight: inFlight} }
 	naive := func(k int) system { return system{naive: true, inFlight: k} }
+	// floor is the naive bridge doing the work the contract requires of
+	// jetbridge and nothing more: the envelope and a confirmed ack.
+	floor := naive(64)
+	floor.envelope, floor.confirm = true, true
 	raw := jb(64)
 	raw.format = "raw"
 	idem := jb(64)
@@ -80,6 +84,8 @@ func allScenarios(o options) []scenario {
 	return []scenario{
 		{name: "envelope", title: "envelope, defaults (breaker, transport retry, metrics; idempotency off)", kind: drain, a: jb(64), b: naive(64), n: o.n, runs: o.runs},
 		{name: "raw", title: "format raw", kind: drain, a: raw, b: naive(64), n: o.n, runs: o.runs},
+		{name: "floor", title: "the contract's required work alone on the naive bridge (envelope with json.Valid, confirmed ack)", kind: drain, a: floor, b: naive(64), n: o.n, runs: o.runs},
+		{name: "overhead", title: "jetbridge beyond the floor (envelope defaults vs the naive bridge doing only the required work)", kind: drain, a: jb(64), b: floor, n: o.n, runs: o.runs},
 		{name: "mif256", title: "envelope, max_in_flight 256", kind: drain, a: jb(256), b: naive(256), n: o.n, runs: o.runs},
 		{name: "idempotency", title: "idempotency on vs off", kind: drain, a: idem, b: jb(64), n: o.n, runs: o.runs},
 		{name: "flow", title: "a fixed concurrency limit (never reached) vs no flow control", kind: drain, a: limited, b: jb(64), n: o.n, runs: o.runs},

@@ -18,6 +18,8 @@ import (
 // or the naive reference bridge.
 type system struct {
 	naive       bool
+	envelope    bool   // naive bridge: -envelope (the bridge's JSON envelope)
+	confirm     bool   // naive bridge: -confirm (DoubleAck)
 	inFlight    int    // max_in_flight, or K for the naive bridge
 	format      string // envelope (default) or raw
 	idempotency bool
@@ -30,7 +32,14 @@ type system struct {
 
 func (s system) label() string {
 	if s.naive {
-		return fmt.Sprintf("naive, K=%d", s.inFlight)
+		name := "naive"
+		if s.envelope {
+			name += " + envelope"
+		}
+		if s.confirm {
+			name += " + confirmed ack"
+		}
+		return fmt.Sprintf("%s, K=%d", name, s.inFlight)
 	}
 	parts := []string{"jetbridge", orDefault(s.format, "envelope"), "max_in_flight " + strconv.Itoa(s.inFlight)}
 	if s.idempotency {
@@ -102,8 +111,14 @@ type sut struct {
 // wait for the bridge to be ready: drain runs time from the first request.
 func (e *env) startSystem(ctx context.Context, sys system, natsURL, dir string) (*sut, error) {
 	if sys.naive {
-		c, _, err := startChild(ctx, dir, "naive", e.self,
-			[]string{"_naive", "-nats", natsURL, "-url", e.sink.dest, "-k", strconv.Itoa(sys.inFlight), "-stream", streamName}, nil)
+		args := []string{"_naive", "-nats", natsURL, "-url", e.sink.dest, "-k", strconv.Itoa(sys.inFlight), "-stream", streamName}
+		if sys.envelope {
+			args = append(args, "-envelope")
+		}
+		if sys.confirm {
+			args = append(args, "-confirm")
+		}
+		c, _, err := startChild(ctx, dir, "naive", e.self, args, nil)
 		if err != nil {
 			return nil, err
 		}
