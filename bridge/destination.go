@@ -82,7 +82,11 @@ type destination struct {
 	// signature headers (only the bridge signs); nil when none.
 	baseHeader http.Header
 	secrets    [][]byte
-	client     *http.Client
+	// reqTemplate is the POST every try copies (request.go); client's
+	// Transport sends it: no redirect is ever followed, so http.Client's
+	// redirect bookkeeping (a header copy per request) is skipped.
+	reqTemplate *http.Request
+	client      *http.Client
 	breaker    circuitbreaker.CircuitBreaker[*response] // nil when disabled
 	exec       failsafe.Executor[*response]
 	parts      *parts
@@ -184,6 +188,10 @@ func newDestination(cfg *config.Destination, log zerolog.Logger, onState func(de
 	}
 	for _, k := range []string{"Webhook-Id", "Webhook-Timestamp", "Webhook-Signature"} {
 		d.baseHeader.Del(k) // only the bridge signs
+	}
+	var err error
+	if d.reqTemplate, d.baseHeader, err = requestTemplate(d.url, d.baseHeader); err != nil {
+		return nil, fmt.Errorf("bridge: destination %s: url does not parse", cfg.Name) // never quoted: it may carry credentials
 	}
 	if cfg.Signing != nil {
 		keys, err := cfg.Signing.Keys()
@@ -543,7 +551,7 @@ func (d *destination) try(ctx context.Context, p *payload) (res *response, err e
 	if d.budget != nil {
 		d.budget.request(start)
 	}
-	resp, err := d.client.Do(req)
+	resp, err := d.client.Transport.RoundTrip(req)
 	took := time.Since(start)
 	detach()
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"slices"
@@ -190,15 +191,16 @@ func appendJSONString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-// request builds one HTTP try. GetBody stays nil on purpose: net/http then
-// never re-sends the POST by itself on a broken reused connection (it would,
-// because of Idempotency-Key), so every HTTP request is one the bridge
-// counted.
+// request builds one HTTP try: a copy of the destination's request
+// template (its URL parsed once) with this try's context, body and
+// headers. GetBody stays nil on purpose: net/http then never re-sends the
+// POST by itself on a broken reused connection (it would, because of
+// Idempotency-Key), so every HTTP request is one the bridge counted.
 func (p *payload) request(ctx context.Context, d *destination, now time.Time) (*http.Request, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.url, nil)
-	if err != nil {
-		return nil, err
+	if d.reqTemplate == nil {
+		return nil, errNoRequestTemplate
 	}
+	req := d.reqTemplate.WithContext(ctx) // a shallow copy; the URL is shared and never written
 	// A *bytes.Reader, so that net/http sends headers and body in one
 	// write (see payload).
 	if len(p.body) > 0 {
@@ -215,4 +217,28 @@ func (p *payload) request(ctx context.Context, d *destination, now time.Time) (*
 		req.Header.Set(webhook.HeaderSignature, webhook.Sign(d.secrets, p.id, ts, p.body))
 	}
 	return req, nil
+}
+
+// errNoRequestTemplate: the destination's URL did not parse (config
+// validation makes that impossible).
+var errNoRequestTemplate = errors.New("bridge: destination URL not parsed")
+
+// requestTemplate is the destination's POST, built once: every try copies
+// it. userinfo in the URL becomes Basic authorization, as http.Client
+// would add it, unless a configured header sets Authorization.
+func requestTemplate(raw string, base http.Header) (*http.Request, http.Header, error) {
+	req, err := http.NewRequest(http.MethodPost, raw, nil)
+	if err != nil {
+		return nil, base, err
+	}
+	if u := req.URL.User; u != nil && base.Get("Authorization") == "" {
+		if base == nil {
+			base = make(http.Header, 1)
+		}
+		pass, _ := u.Password()
+		auth := &http.Request{Header: make(http.Header, 1)}
+		auth.SetBasicAuth(u.Username(), pass)
+		base.Set("Authorization", auth.Header.Get("Authorization"))
+	}
+	return req, base, nil
 }
