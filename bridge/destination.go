@@ -87,9 +87,9 @@ type destination struct {
 	// redirect bookkeeping (a header copy per request) is skipped.
 	reqTemplate *http.Request
 	client      *http.Client
-	breaker    circuitbreaker.CircuitBreaker[*response] // nil when disabled
-	exec       failsafe.Executor[*response]
-	parts      *parts
+	breaker     circuitbreaker.CircuitBreaker[*response] // nil when disabled
+	exec        failsafe.Executor[*response]
+	parts       *parts
 	// Flow control (flow.go): the gate admits attempts; rate, when set,
 	// gives every try its permit before tryExec's per-try timeout (the
 	// pipeline then has no timeout of its own).
