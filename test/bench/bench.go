@@ -93,6 +93,7 @@ func runBench(ctx context.Context, args []string) error {
 		return err
 	}
 	defer sinkProc.stop()
+	e.sinkPID = sinkProc.pid()
 	dest, ctl, ok := strings.Cut(addrs, " ")
 	if !ok {
 		return fmt.Errorf("sink printed %q, want two addresses", addrs)

@@ -78,6 +78,8 @@ func metrics(k kind) []metric {
 			cpu, rss,
 			{header: "sink TCP conns (max of runs)", get: func(r result) float64 { return r.conns }, format: thousands, agg: maxOf},
 			{header: "syscalls / msg", get: func(r result) float64 { return r.syscalls }, format: fixed(1), ratio: true},
+			{header: "server CPU s / 10k", get: func(r result) float64 { return r.serverCPU }, format: fixed(2), ratio: true},
+			{header: "sink CPU s / 10k", get: func(r result) float64 { return r.sinkCPU }, format: fixed(2), ratio: true},
 			dups,
 		}
 	case latency:
