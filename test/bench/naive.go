@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -38,7 +39,9 @@ const confirmTimeout = 5 * time.Second
 //   - -envelope sends the body of README "The request" (format envelope),
 //     byte for byte what the bridge sends: the payload checked with
 //     json.Valid, then the envelope appended into a buffer each goroutine
-//     reuses, Content-Type application/json. A payload that is not JSON is
+//     reuses, with the request headers the bridge must send (Content-Type
+//     application/json, X-Event-Id, X-Event-Type, X-Event-Severity,
+//     X-Delivery-Attempt, Idempotency-Key). A payload that is not JSON is
 //     terminated (the bridge dead-letters it; the benchmark publishes none).
 //   - -confirm settles with a confirmed ack (DoubleAck, a request-reply to
 //     the server, bounded by confirmTimeout) instead of a plain Ack.
@@ -101,6 +104,8 @@ func runNaive(ctx context.Context, args []string) error {
 	for range *k {
 		wg.Go(func() {
 			var buf []byte // -envelope: this goroutine's body, reused
+			var fh floorHeaders
+			var hdr *floorHeaders // nil: Content-Type only
 			for {
 				select {
 				case m := <-msgs:
@@ -111,13 +116,14 @@ func runNaive(ctx context.Context, args []string) error {
 							continue
 						}
 						var err error
-						if buf, err = appendFloorEnvelope(buf[:0], m); err != nil {
+						if buf, err = appendFloorEnvelope(buf[:0], m, &fh); err != nil {
 							_ = m.Term()
 							continue
 						}
 						body = buf
+						hdr = &fh
 					}
-					if post(ctx, client, *dest, body) {
+					if post(ctx, client, *dest, body, hdr) {
 						ack(m)
 					} else {
 						_ = m.Nak()
@@ -141,12 +147,19 @@ func runNaive(ctx context.Context, args []string) error {
 // destination cannot assume the latter, which is why the bridge allocates
 // each body (its payload type in bridge/request.go): the floor is a little
 // cheaper there than the bridge can be.
-func post(ctx context.Context, c *http.Client, url string, body []byte) bool {
+func post(ctx context.Context, c *http.Client, url string, body []byte, fh *floorHeaders) bool {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return false
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if fh != nil {
+		req.Header.Set("X-Event-Id", fh.id)
+		req.Header.Set("X-Event-Type", fh.typ)
+		req.Header.Set("X-Event-Severity", fh.sev)
+		req.Header.Set("X-Delivery-Attempt", fh.delivered)
+		req.Header.Set("Idempotency-Key", fh.id)
+	}
 	resp, err := c.Do(req)
 	if err != nil {
 		return false
@@ -155,6 +168,10 @@ func post(ctx context.Context, c *http.Client, url string, body []byte) bool {
 	resp.Body.Close()
 	return resp.StatusCode/100 == 2
 }
+
+// floorHeaders are the request headers README "The request" requires
+// besides Content-Type, sent by the floor with its envelope.
+type floorHeaders struct{ id, typ, sev, delivered string }
 
 // appendFloorEnvelope appends the envelope of m (README "The request"):
 //
@@ -165,7 +182,7 @@ func post(ctx context.Context, c *http.Client, url string, body []byte) bool {
 // unless Event-Type / a valid Event-Severity say otherwise; metadata from
 // the Event-Meta-* headers, keys sorted; the payload, already validated,
 // copied as is; publishedAt the stream's timestamp in UTC.
-func appendFloorEnvelope(b []byte, m jetstream.Msg) ([]byte, error) {
+func appendFloorEnvelope(b []byte, m jetstream.Msg, fh *floorHeaders) ([]byte, error) {
 	md, err := m.Metadata()
 	if err != nil {
 		return b, err
@@ -187,6 +204,7 @@ func appendFloorEnvelope(b []byte, m jetstream.Msg) ([]byte, error) {
 			sev = s
 		}
 	}
+	fh.id, fh.typ, fh.sev, fh.delivered = id, typ, string(sev), strconv.FormatUint(md.NumDelivered, 10)
 	b = append(b, `{"id":`...)
 	b = appendString(b, id)
 	b = append(b, `,"eventType":`...)
