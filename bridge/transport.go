@@ -77,9 +77,12 @@ func destinationTransport(tlsConf *tls.Config, maxHeaderBytes int64) *http.Trans
 }
 
 // sizePool keeps up to poolSize idle connections, so that every request
-// the routes can have in flight finds a kept-alive connection: at a steady
-// load the destination sees at most poolSize connections, never one per
-// request (net/http's defaults keep 100 in all, closing the rest).
+// the routes can have in flight finds a kept-alive connection (net/http's
+// defaults keep 100 in all, closing the rest), and caps the connections at
+// poolSize: the routes never have more requests in flight than that, and
+// without the cap net/http dials a new connection for a request that
+// finds none idle even when one is about to be released, then keeps both
+// (a drain at max_in_flight 1024 opened 1,051).
 func (d *destination) sizePool() {
 	d.gate.full = d.poolSize // the slow-start ramp's target without a concurrency limit
 	tr, ok := d.client.Transport.(*http.Transport)
@@ -88,6 +91,7 @@ func (d *destination) sizePool() {
 	}
 	tr.MaxIdleConns = max(d.poolSize, 1)
 	tr.MaxIdleConnsPerHost = max(d.poolSize, 1)
+	tr.MaxConnsPerHost = max(d.poolSize, 1)
 }
 
 // isTransport reports whether err means no HTTP response was obtained.

@@ -181,21 +181,28 @@ func cpuTime(pid int) (time.Duration, error) {
 }
 
 // peakRSS is the process's peak resident set size (VmHWM) in bytes.
-func peakRSS(pid int) (int64, error) {
+func peakRSS(pid int) (int64, error) { return statusBytes(pid, "VmHWM") }
+
+// fileRSS is the process's resident file-backed memory (RssFile): mostly
+// the pages of its own binary that it has touched.
+func fileRSS(pid int) (int64, error) { return statusBytes(pid, "RssFile") }
+
+// statusBytes is a "kB" field of /proc/<pid>/status, in bytes.
+func statusBytes(pid int, field string) (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}
 	for line := range strings.Lines(string(b)) {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
 			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
 			if err != nil {
-				return 0, fmt.Errorf("/proc/%d/status VmHWM: %w", pid, err)
+				return 0, fmt.Errorf("/proc/%d/status %s: %w", pid, field, err)
 			}
 			return kb * 1024, nil
 		}
 	}
-	return 0, fmt.Errorf("/proc/%d/status: no VmHWM", pid)
+	return 0, fmt.Errorf("/proc/%d/status: no %s", pid, field)
 }
 
 // syscalls is how many read and write system calls (syscr + syscw of

@@ -76,6 +76,8 @@ func metrics(k kind) []metric {
 		return []metric{
 			{header: "msgs/s", get: func(r result) float64 { return r.rate }, format: thousands, ratio: true},
 			cpu, rss,
+			{header: "RSS at start MiB", get: func(r result) float64 { return r.startMB }, format: fixed(1), ratio: true},
+			{header: "of which binary MiB", get: func(r result) float64 { return r.fileMB }, format: fixed(1), ratio: true},
 			{header: "sink TCP conns (max of runs)", get: func(r result) float64 { return r.conns }, format: thousands, agg: maxOf},
 			{header: "syscalls / msg", get: func(r result) float64 { return r.syscalls }, format: fixed(1), ratio: true},
 			{header: "server CPU s / 10k", get: func(r result) float64 { return r.serverCPU }, format: fixed(2), ratio: true},

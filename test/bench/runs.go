@@ -21,6 +21,8 @@ type result struct {
 	rate      float64 // msgs/s, first request to last new message at the sink
 	cpuPer10k float64 // CPU seconds of the system process per 10,000 messages
 	rssMB     float64 // peak RSS (VmHWM) of the system process, MiB
+	startMB   float64 // drain runs: its peak RSS when the sink saw the first request (start-up), MiB
+	fileMB    float64 // drain runs: its file-backed RSS (its binary's pages) at the end, MiB
 	conns     float64 // TCP connections the sink accepted
 	dups      float64 // requests for a message the sink had already seen
 	syscalls  float64 // read and write system calls of the system process per message
@@ -97,7 +99,7 @@ func (e *env) drainRun(ctx context.Context, n int, sys system, pub *publisher, n
 	// The server's and the sink's CPU over the same window: on a shared
 	// machine they are part of what a message costs (README "Performance").
 	var cpu0, server0, sink0 time.Duration
-	var sys0 int64
+	var sys0, start int64
 	started := false
 	firstRequest := func(st sinkStats) error {
 		if started || st.Requests == 0 {
@@ -109,6 +111,9 @@ func (e *env) drainRun(ctx context.Context, n int, sys system, pub *publisher, n
 			return err
 		}
 		if sys0, err = syscalls(s.pid()); err != nil {
+			return err
+		}
+		if start, err = peakRSS(s.pid()); err != nil {
 			return err
 		}
 		if server0, err = cpuTime(serverPID); err != nil {
@@ -137,6 +142,10 @@ func (e *env) drainRun(ctx context.Context, n int, sys system, pub *publisher, n
 	if err != nil {
 		return result{}, err
 	}
+	file, err := fileRSS(s.pid())
+	if err != nil {
+		return result{}, err
+	}
 	s.stop()
 	if st, err = e.sink.stats(ctx, false); err != nil { // late duplicates included
 		return result{}, err
@@ -146,6 +155,8 @@ func (e *env) drainRun(ctx context.Context, n int, sys system, pub *publisher, n
 		rate:      float64(n) / max(secs, 1e-9),
 		cpuPer10k: (cpu1 - cpu0).Seconds() * 10_000 / float64(n),
 		rssMB:     float64(rss) / (1 << 20),
+		startMB:   float64(start) / (1 << 20),
+		fileMB:    float64(file) / (1 << 20),
 		conns:     float64(st.Conns),
 		dups:      float64(st.Dups),
 		syscalls:  float64(sys1-sys0) / float64(n),
