@@ -27,7 +27,9 @@ func runBench(ctx context.Context, args []string) error {
 		}
 		fmt.Fprintf(out, "\nfloor and overhead split a missed throughput or CPU target: floor is what the\n"+
 			"work the contract requires (the envelope, a confirmed ack) costs the naive\n"+
-			"bridge, overhead what jetbridge costs beyond it.\n")
+			"bridge, overhead what jetbridge costs beyond it. idemfloor splits a missed\n"+
+			"idempotency target: what idempotency's two KV writes per message (kv.Create\n"+
+			"before the POST, kv.Update after the 2xx) alone cost that floor.\n")
 	}
 	quick := fs.Bool("quick", false, "smaller backlogs, 3 runs, shorter windows: a few minutes")
 	list := fs.String("scenarios", "", "comma-separated scenarios to run (default all): "+strings.Join(scenarioNames(), ","))

@@ -13,6 +13,13 @@
 // the plain one, the cost of the required work alone; "overhead" measures
 // jetbridge against that floor, the cost of jetbridge beyond it. Under a
 // missed throughput or CPU target the targets table prints both.
+// "idemfloor" does the same for idempotency: the naive bridge's -kv adds
+// the two KV writes of README "Exactly one delivery per event id" (an
+// atomic kv.Create before each POST, a kv.Update to done after the 2xx,
+// on a bucket configured like the bridge's) to that floor, and measures it
+// against the floor; under a missed idempotency target the targets table
+// prints what those two writes alone cost, against what idempotency adds
+// to jetbridge per message.
 //
 //	go run ./test/bench            # every scenario, 5 pairs each (~15 min on 2 cores)
 //	go run ./test/bench -quick     # smaller N, 3 pairs: about 3 minutes

@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -25,6 +27,19 @@ import (
 // confirmTimeout bounds the confirmed ack (DoubleAck) of -confirm.
 const confirmTimeout = 5 * time.Second
 
+// The idempotency bucket of -kv, configured as the bridge provisions it
+// with the config defaults (README "Exactly one delivery per event id"):
+// the default bucket name and TTL, one value per key, file storage, the
+// stream's replicas. kvRoute is the route name of the bridge's benchmark
+// config, the first part of each key; kvTimeout bounds each KV write as
+// the bridge bounds its reservation steps.
+const (
+	kvBucket  = "EVENTS_DELIVERED"
+	kvTTL     = 24 * time.Hour
+	kvRoute   = "bench"
+	kvTimeout = 5 * time.Second
+)
+
 // runNaive is the "_naive" role: the reference bridge the issue compares
 // jetbridge with, what one writes in an afternoon. A durable consumer read
 // with Consume, K goroutines, each POSTing the raw body and acking on 2xx,
@@ -45,6 +60,16 @@ const confirmTimeout = 5 * time.Second
 //     terminated (the bridge dead-letters it; the benchmark publishes none).
 //   - -confirm settles with a confirmed ack (DoubleAck, a request-reply to
 //     the server, bounded by confirmTimeout) instead of a plain Ack.
+//   - -kv adds the two KV writes of the bridge's idempotency (README
+//     "Exactly one delivery per event id") to each message, on a bucket
+//     configured like the bridge's: an atomic kv.Create of the
+//     reservation ("inflight STREAM SEQ DELIVERED" under
+//     ROUTE.b.BASE64URL(id)) before the POST, a kv.Update to "done …" at
+//     the created revision after a 2xx and before the ack; after a
+//     non-2xx the reservation is deleted (the release) and the message
+//     naked. A message whose key exists is acked unsent when the key says
+//     done (delivered, the ack was lost), else naked. None of the
+//     bridge's takeover, refresh or long-id hashing: this is a floor.
 func runNaive(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("_naive", flag.ContinueOnError)
 	natsURL := fs.String("nats", "", "NATS URL")
@@ -53,6 +78,7 @@ func runNaive(ctx context.Context, args []string) error {
 	stream := fs.String("stream", "EVENTS", "stream")
 	envelope := fs.Bool("envelope", false, "send the bridge's JSON envelope instead of the raw body")
 	confirm := fs.Bool("confirm", false, "confirmed ack (DoubleAck) instead of a plain Ack")
+	withKV := fs.Bool("kv", false, "reserve each event id in an idempotency bucket like the bridge's (kv.Create before the POST, kv.Update after a 2xx)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -75,6 +101,12 @@ func runNaive(ctx context.Context, args []string) error {
 	})
 	if err != nil {
 		return err
+	}
+	var kv jetstream.KeyValue
+	if *withKV {
+		if kv, err = createBucket(ctx, js, *stream); err != nil {
+			return err
+		}
 	}
 	client := &http.Client{
 		Timeout:   5 * time.Second,
@@ -110,24 +142,60 @@ func runNaive(ctx context.Context, args []string) error {
 				select {
 				case m := <-msgs:
 					body := m.Data()
+					var md *jetstream.MsgMetadata
+					if *envelope || kv != nil {
+						var err error
+						if md, err = m.Metadata(); err != nil {
+							_ = m.Term()
+							continue
+						}
+					}
 					if *envelope {
 						if !json.Valid(body) {
 							_ = m.Term()
 							continue
 						}
-						var err error
-						if buf, err = appendFloorEnvelope(buf[:0], m, &fh); err != nil {
-							_ = m.Term()
-							continue
-						}
+						buf = appendFloorEnvelope(buf[:0], m, md, &fh)
 						body = buf
 						hdr = &fh
 					}
-					if post(ctx, client, *dest, body, hdr) {
-						ack(m)
-					} else {
-						_ = m.Nak()
+					if kv == nil {
+						if post(ctx, client, *dest, body, hdr) {
+							ack(m)
+						} else {
+							_ = m.Nak()
+						}
+						continue
 					}
+					id := fh.id
+					if !*envelope {
+						id = eventID(m, md)
+					}
+					key := reservationKey(id)
+					rev, err := kvDo(ctx, func(ctx context.Context) (uint64, error) {
+						return kv.Create(ctx, key, holderValue("inflight", md))
+					})
+					if err != nil {
+						if errors.Is(err, jetstream.ErrKeyExists) && reservedDone(ctx, kv, key) {
+							ack(m) // delivered before, its ack lost
+						} else {
+							_ = m.Nak()
+						}
+						continue
+					}
+					if !post(ctx, client, *dest, body, hdr) {
+						_, _ = kvDo(ctx, func(ctx context.Context) (uint64, error) {
+							return 0, kv.Delete(ctx, key, jetstream.LastRevision(rev))
+						})
+						_ = m.Nak()
+						continue
+					}
+					// Not recorded as done: acked all the same, as the
+					// bridge does (a redelivery would be sent again).
+					_, _ = kvDo(ctx, func(ctx context.Context) (uint64, error) {
+						return kv.Update(ctx, key, holderValue("done", md), rev)
+					})
+					ack(m)
 				case <-ctx.Done():
 					return
 				}
@@ -173,7 +241,8 @@ func post(ctx context.Context, c *http.Client, url string, body []byte, fh *floo
 // besides Content-Type, sent by the floor with its envelope.
 type floorHeaders struct{ id, typ, sev, delivered string }
 
-// appendFloorEnvelope appends the envelope of m (README "The request"):
+// appendFloorEnvelope appends the envelope of m, whose metadata is md
+// (README "The request"):
 //
 //	{"id":…,"eventType":…,"severity":…,"subject":…,"metadata":{…},"payload":…,"publishedAt":…}
 //
@@ -182,19 +251,9 @@ type floorHeaders struct{ id, typ, sev, delivered string }
 // unless Event-Type / a valid Event-Severity say otherwise; metadata from
 // the Event-Meta-* headers, keys sorted; the payload, already validated,
 // copied as is; publishedAt the stream's timestamp in UTC.
-func appendFloorEnvelope(b []byte, m jetstream.Msg, fh *floorHeaders) ([]byte, error) {
-	md, err := m.Metadata()
-	if err != nil {
-		return b, err
-	}
+func appendFloorEnvelope(b []byte, m jetstream.Msg, md *jetstream.MsgMetadata, fh *floorHeaders) []byte {
 	h := m.Headers()
-	id := h.Get(producer.HeaderEventID)
-	if id == "" {
-		id = h.Get(jetstream.MsgIDHeader)
-	}
-	if id == "" {
-		id = fmt.Sprintf("%s:%d", md.Stream, md.Sequence.Stream)
-	}
+	id := eventID(m, md)
 	typ, sev := subjects.Describe(m.Subject())
 	if v := h.Get(producer.HeaderEventType); v != "" {
 		typ = v
@@ -233,7 +292,75 @@ func appendFloorEnvelope(b []byte, m jetstream.Msg, fh *floorHeaders) ([]byte, e
 	b = append(b, m.Data()...)
 	b = append(b, `,"publishedAt":"`...)
 	b = md.Timestamp.UTC().AppendFormat(b, time.RFC3339Nano)
-	return append(b, `"}`...), nil
+	return append(b, `"}`...)
+}
+
+// eventID is the event id of m as the bridge reads it (README "The
+// request"): Event-Id, else Nats-Msg-Id, else STREAM:SEQ.
+func eventID(m jetstream.Msg, md *jetstream.MsgMetadata) string {
+	h := m.Headers()
+	if id := h.Get(producer.HeaderEventID); id != "" {
+		return id
+	}
+	if id := h.Get(jetstream.MsgIDHeader); id != "" {
+		return id
+	}
+	return md.Stream + ":" + strconv.FormatUint(md.Sequence.Stream, 10)
+}
+
+// createBucket creates (or finds) the idempotency bucket of -kv, with the
+// replicas of stream.
+func createBucket(ctx context.Context, js jetstream.JetStream, stream string) (jetstream.KeyValue, error) {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return nil, fmt.Errorf("_naive -kv: stream %s: %w", stream, err)
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      kvBucket,
+		Description: "jetbridge delivered event ids",
+		TTL:         kvTTL,
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    s.CachedInfo().Config.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("_naive -kv: bucket %s: %w", kvBucket, err)
+	}
+	return kv, nil
+}
+
+// kvDo runs one KV call bounded by kvTimeout.
+func kvDo(ctx context.Context, f func(context.Context) (uint64, error)) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, kvTimeout)
+	defer cancel()
+	return f(ctx)
+}
+
+// reservedDone reports whether the reservation under key says delivered.
+func reservedDone(ctx context.Context, kv jetstream.KeyValue, key string) bool {
+	ctx, cancel := context.WithTimeout(ctx, kvTimeout)
+	defer cancel()
+	e, err := kv.Get(ctx, key)
+	return err == nil && bytes.HasPrefix(e.Value(), []byte("done "))
+}
+
+// reservationKey is the bridge's key of an event id on the benchmark's
+// route: ROUTE.b.BASE64URL(id). The bridge hashes ids longer than 96
+// bytes; the benchmark publishes none.
+func reservationKey(id string) string {
+	return kvRoute + ".b." + base64.RawURLEncoding.EncodeToString([]byte(id))
+}
+
+// holderValue is the bridge's reservation value: "STATE STREAM SEQ DELIVERED".
+func holderValue(state string, md *jetstream.MsgMetadata) []byte {
+	b := make([]byte, 0, 64)
+	b = append(b, state...)
+	b = append(b, ' ')
+	b = append(b, md.Stream...)
+	b = append(b, ' ')
+	b = strconv.AppendUint(b, md.Sequence.Stream, 10)
+	b = append(b, ' ')
+	return strconv.AppendUint(b, md.NumDelivered, 10)
 }
 
 // appendString appends s as a JSON string escaped as encoding/json escapes

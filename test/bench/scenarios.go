@@ -72,6 +72,10 @@ func allScenarios(o options) []scenario {
 	// jetbridge and nothing more: the envelope and a confirmed ack.
 	floor := naive(64)
 	floor.envelope, floor.confirm = true, true
+	// floorKV is the floor plus the two KV writes of idempotency (the
+	// reservation before the POST, done after the 2xx) and nothing more.
+	floorKV := floor
+	floorKV.kv = true
 	raw := jb(64)
 	raw.format = "raw"
 	idem := jb(64)
@@ -88,6 +92,7 @@ func allScenarios(o options) []scenario {
 		{name: "overhead", title: "jetbridge beyond the floor (envelope defaults vs the naive bridge doing only the required work)", kind: drain, a: jb(64), b: floor, n: o.n, runs: o.runs},
 		{name: "mif256", title: "envelope, max_in_flight 256", kind: drain, a: jb(256), b: naive(256), n: o.n, runs: o.runs},
 		{name: "idempotency", title: "idempotency on vs off", kind: drain, a: idem, b: jb(64), n: o.n, runs: o.runs},
+		{name: "idemfloor", title: "idempotency's two KV writes alone on the floor (kv.Create before each POST, kv.Update after the 2xx, bucket like the bridge's)", kind: drain, a: floorKV, b: floor, n: o.n, runs: o.runs},
 		{name: "flow", title: "a fixed concurrency limit (never reached) vs no flow control", kind: drain, a: limited, b: jb(64), n: o.n, runs: o.runs},
 		{name: "latency", title: fmt.Sprintf("publish-to-delivery latency at %d msgs/s for %s", o.rate, o.latencyFor), kind: latency, a: jb(32), b: naive(32), runs: o.runs},
 		{name: "conns256", title: fmt.Sprintf("sink TCP connections, %d messages, max_in_flight 256", o.connsN), kind: drain, a: jb(256), b: naive(256), n: o.connsN, runs: o.runs},

@@ -20,6 +20,7 @@ type system struct {
 	naive       bool
 	envelope    bool   // naive bridge: -envelope (the bridge's JSON envelope)
 	confirm     bool   // naive bridge: -confirm (DoubleAck)
+	kv          bool   // naive bridge: -kv (the idempotency's two KV writes)
 	inFlight    int    // max_in_flight, or K for the naive bridge
 	format      string // envelope (default) or raw
 	idempotency bool
@@ -38,6 +39,9 @@ func (s system) label() string {
 		}
 		if s.confirm {
 			name += " + confirmed ack"
+		}
+		if s.kv {
+			name += " + 2 KV writes"
 		}
 		return fmt.Sprintf("%s, K=%d", name, s.inFlight)
 	}
@@ -117,6 +121,9 @@ func (e *env) startSystem(ctx context.Context, sys system, natsURL, dir string) 
 		}
 		if sys.confirm {
 			args = append(args, "-confirm")
+		}
+		if sys.kv {
+			args = append(args, "-kv")
 		}
 		c, _, err := startChild(ctx, dir, "naive", e.self, args, nil)
 		if err != nil {
