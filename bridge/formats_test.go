@@ -198,3 +198,34 @@ func mustJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
 }
+
+// Credentials in a destination URL become Basic authorization, as
+// http.Client adds them (the bridge sends its requests through the
+// transport directly); a configured Authorization header wins.
+func TestDestinationURLCredentials(t *testing.T) {
+	basic := sinktest.New(t, nil)
+	configured := sinktest.New(t, nil)
+	withUser := func(u string) string { return strings.Replace(u, "http://", "http://hook-user:p%40ss@", 1) }
+	cfg := testConfig(t, `
+destinations:
+  basic:
+    url: %s/in?x=1
+  configured:
+    url: %s
+    headers: {Authorization: "Bearer configured"}
+routes:
+  - {name: basic, subjects: ["events.*.basic.>"], destination: basic}
+  - {name: configured, subjects: ["events.*.configured.>"], destination: configured}
+`, withUser(basic.URL()), withUser(configured.URL()))
+	h := startBridge(t, cfg, faults{})
+	h.publish("events.info.basic.x", "m1", []byte(`{}`), nil)
+	h.publish("events.info.configured.x", "m2", []byte(`{}`), nil)
+	h.waitOutcomes(2, settleWait, outcomeIs(OutcomeDelivered))
+	want := "Basic " + base64.StdEncoding.EncodeToString([]byte("hook-user:p@ss"))
+	if r := basic.Requests()[0]; r.Header.Get("Authorization") != want || r.Path != "/in" {
+		t.Errorf("URL credentials: Authorization %q, path %q; want %q, /in", r.Header.Get("Authorization"), r.Path, want)
+	}
+	if got := configured.Requests()[0].Header.Get("Authorization"); got != "Bearer configured" {
+		t.Errorf("configured Authorization: %q reached the destination", got)
+	}
+}
