@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -49,13 +50,18 @@ func buildPayload(ev *event, d *destination) (*payload, error) {
 		return nil, &InvalidEventError{Reason: "Content-Type contains a control character"}
 	}
 	p := &payload{id: ev.ID}
-	h := d.baseHeader.Clone()
-	if h == nil {
-		h = make(http.Header, 12)
+	own := 6 // the headers the bridge sets below
+	if d.format == config.FormatCloudEvents {
+		own = 12
 	}
+	// Sized for what it will hold (a map of up to 8 entries is one group).
+	// The configured values are shared, not copied: request headers are
+	// never written in place, only replaced in a copy (request, inject).
+	h := make(http.Header, len(d.baseHeader)+own)
+	maps.Copy(h, d.baseHeader)
 	// One backing array for the values the bridge sets; the keys are
 	// already canonical.
-	v := make([]string, 0, 12)
+	v := make([]string, 0, own)
 	set := func(k, val string) {
 		v = append(v, val)
 		h[k] = v[len(v)-1 : len(v) : len(v)]
