@@ -45,7 +45,7 @@ type options struct {
 func defaultOptions(quick bool) options {
 	if quick {
 		return options{
-			runs: 3, failureRuns: 1, n: 10_000, connsN: 20_000, rssSmall: 5_000, rssBig: 50_000,
+			runs: 3, failureRuns: 1, n: 10_000, connsN: 20_000, rssSmall: 20_000, rssBig: 100_000,
 			rate: 1000, latencyFor: 5 * time.Second, breakerFor: 10 * time.Second,
 			status500For: 5 * time.Second, status500Backlog: 100,
 		}
