@@ -32,7 +32,8 @@
 //
 // # One message, file by file
 //
-//	pull.go          the route's pull loop hands the message to a worker
+//	pull.go          the route's pull loop fetches for free slots; a worker
+//	                 takes the message from the pull
 //	deliver.go       handle: parse (event.go), check the delivery budget,
 //	                 build the request (request.go), reserve the event id
 //	                 (idempotency.go), attempt and hold while the breaker

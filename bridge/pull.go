@@ -65,14 +65,26 @@ func newRoute(b *Bridge, rc *config.Route, d *destination) *route {
 // workers, and returns the channel that feeds them; closing it stops them
 // once they have settled what they hold. A worker lives as long as the
 // route, so no goroutine is started (and no stack grown) per message.
+// Each job is one slot's share of a pull: the worker takes the next
+// message of the pull itself (no goroutine between the pull and the
+// worker), or gives the slot back when the pull ended without one.
 // Attempts run on work; a message held by an open breaker is released as
 // soon as stop ends.
-func (r *route) startWorkers(stop, work context.Context, workers *sync.WaitGroup) chan<- jetstream.Msg {
-	jobs := make(chan jetstream.Msg, cap(r.load.slots))
+func (r *route) startWorkers(stop, work context.Context, workers *sync.WaitGroup) chan<- *pullShare {
+	jobs := make(chan *pullShare, cap(r.load.slots))
 	for w := range cap(r.load.slots) {
 		workers.Go(func() {
-			for m := range jobs {
-				r.handle(stop, work, m, w)
+			for share := range jobs {
+				m, ok := share.take()
+				switch {
+				case !ok:
+				case stop.Err() != nil:
+					// The signal came while this pull was open: hand the
+					// message back untouched rather than start new work.
+					r.settleUntouched(m, ErrInterrupted)
+				default:
+					r.handle(stop, work, m, w)
+				}
 				r.release(1)
 			}
 		})
@@ -80,13 +92,31 @@ func (r *route) startWorkers(stop, work context.Context, workers *sync.WaitGroup
 	return jobs
 }
 
+// pullShare is one slot of a pull: n workers share the messages of a
+// pull of n, each taking at most one.
+type pullShare struct {
+	msgs <-chan jetstream.Msg
+	left sync.WaitGroup // shares not yet taken: the pull is over at 0
+	r    *route
+}
+
+// take is the share's message, or false when the pull ended without one.
+func (s *pullShare) take() (jetstream.Msg, bool) {
+	defer s.left.Done()
+	m, ok := <-s.msgs
+	if ok {
+		s.r.bound.received.Add(1)
+	}
+	return m, ok
+}
+
 // pull fetches exactly as many messages as the route has free slots, and
 // none while the destination's breaker is open, so nothing is ever pulled
 // that cannot be processed at once (no prefetch to strand, no delivery
-// burned by an open breaker). Each message goes to the route's workers
-// (startWorkers) with the slot it holds. It returns when ctx ends, and
-// closes jobs.
-func (r *route) pull(ctx context.Context, jobs chan<- jetstream.Msg) {
+// burned by an open breaker). Each slot goes to one of the route's
+// workers (startWorkers) as a share of the pull, and the worker takes the
+// message. It returns when ctx ends, and closes jobs.
+func (r *route) pull(ctx context.Context, jobs chan<- *pullShare) {
 	defer close(jobs)
 	failures := 0
 	for ctx.Err() == nil {
@@ -127,21 +157,15 @@ func (r *route) pull(ctx context.Context, jobs chan<- jetstream.Msg) {
 			r.pullFailed(ctx, failures, err)
 			continue
 		}
-		got := 0
-		for m := range batch.Messages() {
-			got++
-			r.bound.received.Add(1)
-			if ctx.Err() != nil {
-				// The signal came while this pull was open: hand the message
-				// back untouched rather than start new work.
-				r.settleUntouched(m, ErrInterrupted)
-				r.release(1)
-				continue
-			}
-			jobs <- m // never blocks for long: a free worker exists for every slot
+		// One share per slot: a free worker exists for each, so sending
+		// never blocks for long, and each gives its slot back when done.
+		share := &pullShare{msgs: batch.Messages(), r: r}
+		share.left.Add(n)
+		for range n {
+			jobs <- share
 		}
+		share.left.Wait() // every share taken: the pull is over
 		cancel()
-		r.release(n - got)
 		if err := batch.Error(); err != nil && ctx.Err() == nil &&
 			!errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
 			failures++
