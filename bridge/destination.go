@@ -76,17 +76,17 @@ func (r *response) finish() {
 // it, breaker included.
 type destination struct {
 	name   string
-	url    string
 	format string
 	// baseHeader is the configured headers, canonical, without the
 	// signature headers (only the bridge signs); nil when none.
 	baseHeader http.Header
 	secrets    [][]byte
-	// reqTemplate is the POST every try copies (request.go); client's
-	// Transport sends it: no redirect is ever followed, so http.Client's
-	// redirect bookkeeping (a header copy per request) is skipped.
+	// reqTemplate is the POST every try copies (request.go), its URL
+	// parsed once; transport sends it directly (net/http's Transport never
+	// follows a redirect, and http.Client's bookkeeping would copy the
+	// headers of every request).
 	reqTemplate *http.Request
-	client      *http.Client
+	transport   *http.Transport
 	breaker     circuitbreaker.CircuitBreaker[*response] // nil when disabled
 	exec        failsafe.Executor[*response]
 	parts       *parts
@@ -167,7 +167,6 @@ func newDestination(cfg *config.Destination, log zerolog.Logger, onState func(de
 		m:             m,
 		parts:         p,
 		name:          cfg.Name,
-		url:           cfg.URL.Value(),
 		format:        cfg.Format,
 		log:           log.With().Str("destination", cfg.Name).Logger(),
 		breakerCounts: func(*response, error) bool { return false },
@@ -190,7 +189,7 @@ func newDestination(cfg *config.Destination, log zerolog.Logger, onState func(de
 		d.baseHeader.Del(k) // only the bridge signs
 	}
 	var err error
-	if d.reqTemplate, d.baseHeader, err = requestTemplate(d.url, d.baseHeader); err != nil {
+	if d.reqTemplate, d.baseHeader, err = requestTemplate(cfg.URL.Value(), d.baseHeader); err != nil {
 		return nil, fmt.Errorf("bridge: destination %s: url does not parse", cfg.Name) // never quoted: it may carry credentials
 	}
 	if cfg.Signing != nil {
@@ -204,12 +203,7 @@ func newDestination(cfg *config.Destination, log zerolog.Logger, onState func(de
 	if err != nil {
 		return nil, fmt.Errorf("bridge: destination %s: %w", cfg.Name, err)
 	}
-	d.client = &http.Client{
-		Transport: destinationTransport(tlsConf, maxResponseHeaderBytes),
-		CheckRedirect: func(*http.Request, []*http.Request) error {
-			return http.ErrUseLastResponse // a 3xx is an answer, never followed
-		},
-	}
+	d.transport = destinationTransport(tlsConf, maxResponseHeaderBytes)
 
 	// A retry the budget refuses aborts the retry policy: the failure is
 	// then settled as it is (a redelivery with its backoff). The budget's
@@ -389,7 +383,7 @@ func (d *destination) close() {
 	}
 	d.transMu.Unlock()
 	d.gate.close()
-	d.client.CloseIdleConnections()
+	d.transport.CloseIdleConnections()
 }
 
 // state is the breaker's current state (closed when disabled).
@@ -551,7 +545,7 @@ func (d *destination) try(ctx context.Context, p *payload) (res *response, err e
 	if d.budget != nil {
 		d.budget.request(start)
 	}
-	resp, err := d.client.Transport.RoundTrip(req)
+	resp, err := d.transport.RoundTrip(req)
 	took := time.Since(start)
 	detach()
 	if err != nil {

@@ -72,7 +72,7 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(d.client.CloseIdleConnections)
+	t.Cleanup(d.transport.CloseIdleConnections)
 	if adjust != nil {
 		adjust(d)
 	}
@@ -134,7 +134,7 @@ func TestResponseHeaderCap(t *testing.T) {
 			}
 			expectBroken(t, "transport built without the cap", func(t testing.TB) error {
 				return headersRefused(t, bomb, h2, func(d *destination) {
-					d.client.Transport = destinationTransport(d.client.Transport.(*http.Transport).TLSClientConfig, 0)
+					d.transport = destinationTransport(d.transport.TLSClientConfig, 0)
 				})
 			})
 		})

@@ -76,6 +76,9 @@ func (r *route) startWorkers(stop, work context.Context, workers *sync.WaitGroup
 		workers.Go(func() {
 			for share := range jobs {
 				m, ok := share.take()
+				if ok {
+					r.bound.received.Add(1)
+				}
 				switch {
 				case !ok:
 				case stop.Err() != nil:
@@ -97,16 +100,12 @@ func (r *route) startWorkers(stop, work context.Context, workers *sync.WaitGroup
 type pullShare struct {
 	msgs <-chan jetstream.Msg
 	left sync.WaitGroup // shares not yet taken: the pull is over at 0
-	r    *route
 }
 
 // take is the share's message, or false when the pull ended without one.
 func (s *pullShare) take() (jetstream.Msg, bool) {
 	defer s.left.Done()
 	m, ok := <-s.msgs
-	if ok {
-		s.r.bound.received.Add(1)
-	}
 	return m, ok
 }
 
@@ -159,7 +158,7 @@ func (r *route) pull(ctx context.Context, jobs chan<- *pullShare) {
 		}
 		// One share per slot: a free worker exists for each, so sending
 		// never blocks for long, and each gives its slot back when done.
-		share := &pullShare{msgs: batch.Messages(), r: r}
+		share := &pullShare{msgs: batch.Messages()}
 		share.left.Add(n)
 		for range n {
 			jobs <- share

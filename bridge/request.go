@@ -7,8 +7,8 @@ package bridge
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"io"
 	"maps"
 	"net/http"
@@ -203,9 +203,6 @@ func appendJSONString(b []byte, s string) []byte {
 // POST by itself on a broken reused connection (it would, because of
 // Idempotency-Key), so every HTTP request is one the bridge counted.
 func (p *payload) request(ctx context.Context, d *destination, now time.Time) (*http.Request, error) {
-	if d.reqTemplate == nil {
-		return nil, errNoRequestTemplate
-	}
 	req := d.reqTemplate.WithContext(ctx) // a shallow copy; the URL is shared and never written
 	// A *bytes.Reader, so that net/http sends headers and body in one
 	// write (see payload).
@@ -225,10 +222,6 @@ func (p *payload) request(ctx context.Context, d *destination, now time.Time) (*
 	return req, nil
 }
 
-// errNoRequestTemplate: the destination's URL did not parse (config
-// validation makes that impossible).
-var errNoRequestTemplate = errors.New("bridge: destination URL not parsed")
-
 // requestTemplate is the destination's POST, built once: every try copies
 // it. userinfo in the URL becomes Basic authorization, as http.Client
 // would add it, unless a configured header sets Authorization.
@@ -242,9 +235,7 @@ func requestTemplate(raw string, base http.Header) (*http.Request, http.Header, 
 			base = make(http.Header, 1)
 		}
 		pass, _ := u.Password()
-		auth := &http.Request{Header: make(http.Header, 1)}
-		auth.SetBasicAuth(u.Username(), pass)
-		base.Set("Authorization", auth.Header.Get("Authorization"))
+		base.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(u.Username()+":"+pass)))
 	}
 	return req, base, nil
 }

@@ -184,7 +184,7 @@ func (t *tracer) forDestination(d *destination) *destTrace {
 		return nil
 	}
 	attrs := []attribute.KeyValue{semconv.HTTPRequestMethodPost, attrDestination.String(d.name)}
-	if u, err := url.Parse(d.url); err == nil {
+	if u := d.reqTemplate.URL; u != nil {
 		clean := url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path, RawPath: u.RawPath}
 		attrs = append(attrs, semconv.URLFull(clean.String()), semconv.ServerAddress(u.Hostname()))
 		port := u.Port()
