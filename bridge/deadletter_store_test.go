@@ -260,14 +260,8 @@ func TestGivenUpNearLimitMessageDeadLetteredWithoutPayload(t *testing.T) {
 		cfg := testConfig(t, maxDeliverRoute, sink.URL(), 2)
 		srv := natstest.Start(t)
 		nc, js := natstest.Connect(t, srv.URL())
-		pre, err := newBridge(cfg, js, Options{}, defaultParts())
-		if err != nil {
-			t.Fatal(err)
-		}
 		ctx := context.Background()
-		if err := pre.Provision(ctx); err != nil {
-			t.Fatal(err)
-		}
+		pre := provisioned(t, cfg, js, defaultParts())
 		hdr := nats.Header{jetstream.MsgIDHeader: {"e1"}}
 		payload := jsonOfSize(int(nc.MaxPayload() - msgSize(&nats.Msg{Header: hdr}) - 8))
 		ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: "events.info.x", Header: hdr, Data: payload})

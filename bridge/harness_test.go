@@ -285,6 +285,20 @@ func expectBroken(t *testing.T, name string, check func(t testing.TB) error) {
 	})
 }
 
+// provisioned is a bridge that has provisioned its streams and consumers
+// on js and does not run: what it is given stays for a later bridge.
+func provisioned(t testing.TB, cfg *config.Config, js jetstream.JetStream, p parts) *Bridge {
+	t.Helper()
+	b, err := newBridge(cfg, js, Options{}, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Provision(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // faults names the deliberately broken variants of the negative controls:
 // each field replaces one part of the bridge (see parts.go) or one value
 // with a broken one, so that a test can show it goes red when the

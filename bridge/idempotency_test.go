@@ -188,13 +188,7 @@ func TestOneRequestPerEventAcrossTwoBridges(t *testing.T) {
 		// The 100 messages are waiting before the bridges start, so that
 		// their first pulls take many at once and the reservations race.
 		_, js := natstest.Connect(t, srv.URL())
-		pre, err := newBridge(cfg, js, Options{}, f.parts())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := pre.Provision(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+		provisioned(t, cfg, js, f.parts())
 		for i := range 100 {
 			msg := &nats.Msg{Subject: "events.info.x", Data: []byte(`{}`), Header: nats.Header{}}
 			msg.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("msg-%d", i))

@@ -78,14 +78,8 @@ routes:
 `, sink.URL())
 		srv := natstest.Start(t)
 		_, js := natstest.Connect(t, srv.URL())
-		pre, err := newBridge(cfg, js, Options{}, f.parts())
-		if err != nil {
-			t.Fatal(err)
-		}
 		ctx := context.Background()
-		if err := pre.Provision(ctx); err != nil {
-			t.Fatal(err)
-		}
+		pre := provisioned(t, cfg, js, f.parts())
 		cons := pre.routes[0].consumer()
 		if md := cons.CachedInfo().Config.MaxDeliver; md != 3 {
 			return fmt.Errorf("consumer MaxDeliver %d, want max_deliver+1 = 3", md)

@@ -141,13 +141,7 @@ routes:
 		ctx := context.Background()
 		// An older deploy ran route "other"; JetStream gave up on one of its
 		// messages, then the route was removed and its consumer deleted.
-		pre, err := newBridge(testConfig(t, routes+other, sink.URL()), js, Options{}, defaultParts())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := pre.Provision(ctx); err != nil {
-			t.Fatal(err)
-		}
+		pre := provisioned(t, testConfig(t, routes+other, sink.URL()), js, defaultParts())
 		ack, err := js.Publish(ctx, "events.warning.x", []byte(`{}`), jetstream.WithMsgID("w1"))
 		if err != nil {
 			t.Fatal(err)

@@ -58,14 +58,8 @@ func TestMaxDeliveriesAdvisoryWhileNoBridgeRuns(t *testing.T) {
 		cfg := testConfig(t, maxDeliverRoute, sink.URL(), 2)
 		srv := natstest.Start(t)
 		_, js := natstest.Connect(t, srv.URL())
-		pre, err := newBridge(cfg, js, Options{}, f.parts())
-		if err != nil {
-			t.Fatal(err)
-		}
 		ctx := context.Background()
-		if err := pre.Provision(ctx); err != nil {
-			t.Fatal(err)
-		}
+		pre := provisioned(t, cfg, js, f.parts())
 		if _, err := js.Publish(ctx, "events.info.x", []byte(`{"n":1}`), jetstream.WithMsgID("e1")); err != nil {
 			t.Fatal(err)
 		}

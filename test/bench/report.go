@@ -112,6 +112,9 @@ type scenarioResult struct {
 	err  error // the run that failed, if any; the pairs before it are kept
 }
 
+// pairs is the number of complete pairs (a run of A and one of B).
+func (sr *scenarioResult) pairs() int { return min(len(sr.a), len(sr.b)) }
+
 func (sr *scenarioResult) column(m metric, rs []result) float64 {
 	v := make([]float64, len(rs))
 	for i, r := range rs {
@@ -126,7 +129,7 @@ func (sr *scenarioResult) column(m metric, rs []result) float64 {
 // ratio is the median over the complete pairs of A/B for m.
 func (sr *scenarioResult) ratio(m metric) float64 {
 	var v []float64
-	for i := range min(len(sr.a), len(sr.b)) {
+	for i := range sr.pairs() {
 		if b := m.get(sr.b[i]); b != 0 {
 			v = append(v, m.get(sr.a[i])/b)
 		}
@@ -139,7 +142,7 @@ func (sr *scenarioResult) ratio(m metric) float64 {
 func (sr *scenarioResult) writeTable(w io.Writer) {
 	ms := metrics(sr.sc.kind)
 	fmt.Fprintf(w, "\n#### %s (%s)\n\n", sr.sc.title, sr.sc.name)
-	pairs := min(len(sr.a), len(sr.b))
+	pairs := sr.pairs()
 	fmt.Fprintf(w, "Paired runs: %d, alternating A B; medians.\n\n", pairs)
 	if pairs == 0 {
 		fmt.Fprintf(w, "no complete pair: %v\n", sr.err)
@@ -199,7 +202,7 @@ func targets(res map[string]*scenarioResult, o options) []target {
 	var ts []target
 	have := func(name string) (*scenarioResult, bool) {
 		sr, ok := res[name]
-		return sr, ok && min(len(sr.a), len(sr.b)) > 0
+		return sr, ok && sr.pairs() > 0
 	}
 	mets := func(k kind, header string) metric {
 		for _, m := range metrics(k) {
@@ -239,7 +242,7 @@ func targets(res map[string]*scenarioResult, o options) []target {
 	}{{"conns256", 256}, {"conns1024", 1024}} {
 		if sr, ok := have(c.name); ok {
 			m := mets(drain, "sink TCP conns (max of runs)")
-			got := sr.column(m, sr.a[:min(len(sr.a), len(sr.b))])
+			got := sr.column(m, sr.a[:sr.pairs()])
 			ts = append(ts, check(fmt.Sprintf("sink TCP connections, %dk messages, max_in_flight %d", o.connsN/1000, c.mif),
 				fmt.Sprintf("≤ %d", c.mif+2), thousands(got), got <= float64(c.mif+2)))
 		}
@@ -278,12 +281,12 @@ func targets(res map[string]*scenarioResult, o options) []target {
 func limits(res map[string]*scenarioResult, m metric, what, cmp string, want float64) []target {
 	var ts []target
 	floor := math.NaN()
-	if sr, ok := res["floor"]; ok && min(len(sr.a), len(sr.b)) > 0 {
+	if sr, ok := res["floor"]; ok && sr.pairs() > 0 {
 		floor = sr.ratio(m)
 		ts = append(ts, noteLine(fmt.Sprintf("↳ limit, %s: a naive bridge doing only the required work (envelope + confirmed ack, K=64) vs naive K=64 (floor)", what),
 			"—", fmt.Sprintf("%.2f×", floor)))
 	}
-	if sr, ok := res["overhead"]; ok && min(len(sr.a), len(sr.b)) > 0 {
+	if sr, ok := res["overhead"]; ok && sr.pairs() > 0 {
 		goal := "—"
 		if !math.IsNaN(floor) && floor > 0 {
 			goal = fmt.Sprintf("%s %.2f× floor (%.1f× ÷ %.2f×)", cmp, want/floor, want, floor)
@@ -303,14 +306,14 @@ func limits(res map[string]*scenarioResult, m metric, what, cmp string, want flo
 // idemfloor did not run.
 func idemLimits(res map[string]*scenarioResult, idem *scenarioResult, want float64) []target {
 	sr, ok := res["idemfloor"]
-	if !ok || min(len(sr.a), len(sr.b)) == 0 {
+	if !ok || sr.pairs() == 0 {
 		return nil
 	}
 	rate := func(r result) float64 { return r.rate }
 	floor := sr.ratio(metric{get: rate})
 	ts := []target{noteLine("↳ limit, throughput: the two KV writes alone on the floor (naive + envelope + confirmed ack + 2 KV writes vs without, K=64; idemfloor)",
 		"—", fmt.Sprintf("%.2f× (%+.1f µs/msg)", floor, addedMicros(sr)))}
-	pairs := min(len(idem.a), len(idem.b))
+	pairs := idem.pairs()
 	allowed := (1/want - 1) * 1e6 / median(values(idem.b[:pairs], rate))
 	ts = append(ts, noteLine("↳ throughput: time idempotency adds to jetbridge per message (idempotency)",
 		fmt.Sprintf("≤ %.1f µs/msg (%.1f× of its rate without)", allowed, want), fmt.Sprintf("%+.1f µs/msg", addedMicros(idem))))
@@ -321,7 +324,7 @@ func idemLimits(res map[string]*scenarioResult, idem *scenarioResult, want float
 // takes per message beyond B's in a drain, in µs (1/rate A − 1/rate B).
 func addedMicros(sr *scenarioResult) float64 {
 	var v []float64
-	for i := range min(len(sr.a), len(sr.b)) {
+	for i := range sr.pairs() {
 		if a, b := sr.a[i].rate, sr.b[i].rate; a > 0 && b > 0 {
 			v = append(v, (1/a-1/b)*1e6)
 		}
