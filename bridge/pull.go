@@ -15,13 +15,26 @@ import (
 	"github.com/sotercare/jetbridge/config"
 )
 
-// fetchWait is how long one pull request stays open on the server. A
-// stopping route cancels its open pull at once (the server drops it, and
-// the messages it did not deliver stay pending).
-const fetchWait = 5 * time.Second
-
-// fetchHeartbeat is the idle heartbeat of a pull; two missed ones end it.
-const fetchHeartbeat = time.Second
+// A pull that the server no longer knows (it restarted, or a new leader
+// took over) is noticed within about two seconds, instead of leaving the
+// route idle until the pull expires: a pull that may have to wait for
+// messages (the one before it came back short) stays open fetchWait and
+// asks for an idle heartbeat every fetchHeartbeat, two missed ones ending
+// it; a pull made while there is a backlog (the one before it came back
+// full) fills at once, so it asks for no heartbeat and expires after
+// fetchFullWait. A stopping route cancels its open pull at once (the
+// server drops it, and the messages it did not deliver stay pending).
+//
+// No heartbeat under a backlog on purpose: nats.go 1.55's Fetch leaves its
+// heartbeat timer running for two heartbeats after the pull has ended, and
+// the timer keeps the pull's subscription and buffers reachable. At a pull
+// every millisecond or two, that kept about 2 MiB of dead pulls alive in
+// the bridge's heap during a drain (README "Performance").
+const (
+	fetchWait      = 5 * time.Second
+	fetchHeartbeat = time.Second
+	fetchFullWait  = 2 * fetchHeartbeat
+)
 
 // route is one durable consumer feeding one destination: its pull loop
 // (this file), the per-message pipeline (deliver.go) and its settlement
@@ -98,14 +111,18 @@ func (r *route) startWorkers(stop, work context.Context, workers *sync.WaitGroup
 // pullShare is one slot of a pull: n workers share the messages of a
 // pull of n, each taking at most one.
 type pullShare struct {
-	msgs <-chan jetstream.Msg
-	left sync.WaitGroup // shares not yet taken: the pull is over at 0
+	msgs  <-chan jetstream.Msg
+	left  sync.WaitGroup // shares not yet taken: the pull is over at 0
+	taken atomic.Int32   // shares that got a message
 }
 
 // take is the share's message, or false when the pull ended without one.
 func (s *pullShare) take() (jetstream.Msg, bool) {
 	defer s.left.Done()
 	m, ok := <-s.msgs
+	if ok {
+		s.taken.Add(1)
+	}
 	return m, ok
 }
 
@@ -118,6 +135,7 @@ func (s *pullShare) take() (jetstream.Msg, bool) {
 func (r *route) pull(ctx context.Context, jobs chan<- *pullShare) {
 	defer close(jobs)
 	failures := 0
+	backlog := false // the last pull came back full
 	for ctx.Err() == nil {
 		if err := r.dest.waitUsable(ctx); err != nil {
 			return
@@ -144,11 +162,14 @@ func (r *route) pull(ctx context.Context, jobs chan<- *pullShare) {
 		if r.bound.rebind.Swap(false) {
 			r.lookupConsumer(ctx)
 		}
-		fctx, cancel := context.WithTimeout(ctx, fetchWait)
-		// The heartbeat ends a pull the server no longer knows (it restarted,
-		// or a new leader took over) within a second or two, instead of
-		// leaving the route idle until the pull expires.
-		batch, err := r.consumer().Fetch(n, jetstream.FetchContext(fctx), jetstream.FetchHeartbeat(fetchHeartbeat))
+		wait, opts := fetchWait, []jetstream.FetchOpt{jetstream.FetchHeartbeat(fetchHeartbeat), nil}
+		if backlog {
+			wait, opts = fetchFullWait, opts[1:]
+		}
+		fctx, cancel := context.WithTimeout(ctx, wait)
+		opts[len(opts)-1] = jetstream.FetchContext(fctx)
+		batch, err := r.consumer().Fetch(n, opts...)
+		backlog = false
 		if err != nil {
 			cancel()
 			r.release(n)
@@ -165,6 +186,7 @@ func (r *route) pull(ctx context.Context, jobs chan<- *pullShare) {
 		}
 		share.left.Wait() // every share taken: the pull is over
 		cancel()
+		backlog = int(share.taken.Load()) == n
 		if err := batch.Error(); err != nil && ctx.Err() == nil &&
 			!errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
 			failures++

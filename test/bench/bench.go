@@ -29,7 +29,9 @@ func runBench(ctx context.Context, args []string) error {
 			"work the contract requires (the envelope, a confirmed ack) costs the naive\n"+
 			"bridge, overhead what jetbridge costs beyond it. idemfloor splits a missed\n"+
 			"idempotency target: what idempotency's two KV writes per message (kv.Create\n"+
-			"before the POST, kv.Update after the 2xx) alone cost that floor.\n")
+			"before the POST, kv.Update after the 2xx) alone cost that floor. rssfloor and\n"+
+			"rssoverhead split a missed peak RSS target the same way: rssfloor is the floor\n"+
+			"built with -tags fatfloor, linking the bridge's third-party dependencies.\n")
 	}
 	quick := fs.Bool("quick", false, "smaller backlogs, 3 runs, shorter windows: a few minutes")
 	list := fs.String("scenarios", "", "comma-separated scenarios to run (default all): "+strings.Join(scenarioNames(), ","))
@@ -86,7 +88,12 @@ func runBench(ctx context.Context, args []string) error {
 		return err
 	}
 	if e.bridgeBin = *bridgeBin; e.bridgeBin == "" {
-		if e.bridgeBin, err = buildBridge(ctx, tmp); err != nil {
+		if e.bridgeBin, err = buildIn(ctx, tmp, "bridge", "./cmd/bridge"); err != nil {
+			return err
+		}
+	}
+	if slices.ContainsFunc(selected, func(sc scenario) bool { return sc.a.fat || sc.b.fat }) {
+		if e.fatSelf, err = buildIn(ctx, tmp, "bench-fat", "./test/bench", "-tags", "fatfloor"); err != nil {
 			return err
 		}
 	}
@@ -191,8 +198,10 @@ func selectScenarios(all []scenario, list string) ([]scenario, error) {
 	return out, nil
 }
 
-// buildBridge builds ./cmd/bridge of the module the benchmark runs in.
-func buildBridge(ctx context.Context, dir string) (string, error) {
+// buildIn builds pkg (with the extra go build flags) of the module the
+// benchmark runs in, into dir/name: ./cmd/bridge, and the benchmark's own
+// -tags fatfloor build for the rssfloor scenarios.
+func buildIn(ctx context.Context, dir, name, pkg string, flags ...string) (string, error) {
 	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
 	if err != nil {
 		return "", fmt.Errorf("go env GOMOD: %w", err)
@@ -201,13 +210,13 @@ func buildBridge(ctx context.Context, dir string) (string, error) {
 	if gomod == "" || gomod == os.DevNull {
 		return "", errors.New("run the benchmark inside the jetbridge module (go run ./test/bench), or pass -bridge")
 	}
-	bin := filepath.Join(dir, "bridge")
-	fmt.Fprintln(os.Stderr, "bench: building ./cmd/bridge")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/bridge")
+	bin := filepath.Join(dir, name)
+	fmt.Fprintf(os.Stderr, "bench: building %s %s\n", pkg, strings.Join(flags, " "))
+	cmd := exec.CommandContext(ctx, "go", append(append([]string{"build"}, flags...), "-o", bin, pkg)...)
 	cmd.Dir = filepath.Dir(gomod)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/bridge: %w", err)
+		return "", fmt.Errorf("go build %s: %w", pkg, err)
 	}
 	return bin, nil
 }

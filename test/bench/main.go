@@ -19,7 +19,11 @@
 // on a bucket configured like the bridge's) to that floor, and measures it
 // against the floor; under a missed idempotency target the targets table
 // prints what those two writes alone cost, against what idempotency adds
-// to jetbridge per message.
+// to jetbridge per message. "rssfloor" and "rssoverhead" do the same for
+// peak RSS: the floor is then run from a second build of this benchmark
+// (-tags fatfloor, fat.go) that links the third-party code the bridge
+// binary must carry, whose initialisation and resident code pages are
+// part of any bridge that keeps the contract.
 //
 //	go run ./test/bench            # every scenario, 5 pairs each (~15 min on 2 cores)
 //	go run ./test/bench -quick     # smaller N, 3 pairs: about 3 minutes
@@ -49,6 +53,11 @@ import (
 	"os/signal"
 	"syscall"
 )
+
+// linkedFat is set by fat.go when the binary was built with -tags
+// fatfloor, linking the bridge's third-party dependencies (the rssfloor
+// scenarios).
+var linkedFat bool
 
 // roles are the hidden subcommands the benchmark re-executes itself with.
 var roles = map[string]func(ctx context.Context, args []string) error{

@@ -79,11 +79,15 @@ func runNaive(ctx context.Context, args []string) error {
 	envelope := fs.Bool("envelope", false, "send the bridge's JSON envelope instead of the raw body")
 	confirm := fs.Bool("confirm", false, "confirmed ack (DoubleAck) instead of a plain Ack")
 	withKV := fs.Bool("kv", false, "reserve each event id in an idempotency bucket like the bridge's (kv.Create before the POST, kv.Update after a 2xx)")
+	fat := fs.Bool("fat", false, "refuse to run unless this binary was built with -tags fatfloor (it links the bridge's third-party dependencies)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *k < 1 {
 		return fmt.Errorf("_naive: -k must be at least 1")
+	}
+	if *fat && !linkedFat {
+		return fmt.Errorf("_naive: -fat: this binary was not built with -tags fatfloor")
 	}
 	nc, err := nats.Connect(*natsURL)
 	if err != nil {

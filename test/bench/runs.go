@@ -42,6 +42,7 @@ type env struct {
 	tmp       string
 	self      string // this benchmark's binary, re-executed for the roles
 	bridgeBin string
+	fatSelf   string // this benchmark built with -tags fatfloor; "" when no scenario needs it
 	sink      *sinkClient
 	perfDir   string // -perf: record each drain's system process here
 }

@@ -74,6 +74,10 @@ func allScenarios(o options) []scenario {
 	floor.envelope, floor.confirm = true, true
 	// floorKV is the floor plus the two KV writes of idempotency (the
 	// reservation before the POST, done after the 2xx) and nothing more.
+	// fatFloor is the floor linked with the third-party code the bridge
+	// binary carries (fat.go): the floor of its peak RSS.
+	fatFloor := floor
+	fatFloor.fat = true
 	floorKV := floor
 	floorKV.kv = true
 	raw := jb(64)
@@ -90,6 +94,8 @@ func allScenarios(o options) []scenario {
 		{name: "raw", title: "format raw", kind: drain, a: raw, b: naive(64), n: o.n, runs: o.runs},
 		{name: "floor", title: "the contract's required work alone on the naive bridge (envelope with json.Valid, confirmed ack)", kind: drain, a: floor, b: naive(64), n: o.n, runs: o.runs},
 		{name: "overhead", title: "jetbridge beyond the floor (envelope defaults vs the naive bridge doing only the required work)", kind: drain, a: jb(64), b: floor, n: o.n, runs: o.runs},
+		{name: "rssfloor", title: "the floor linked with the bridge's third-party dependencies (embedded JetStream server, OpenTelemetry with OTLP HTTP and gRPC, Prometheus, YAML, CLI) vs naive", kind: drain, a: fatFloor, b: naive(64), n: o.n, runs: o.runs},
+		{name: "rssoverhead", title: "jetbridge beyond that floor", kind: drain, a: jb(64), b: fatFloor, n: o.n, runs: o.runs},
 		{name: "mif256", title: "envelope, max_in_flight 256", kind: drain, a: jb(256), b: naive(256), n: o.n, runs: o.runs},
 		{name: "idempotency", title: "idempotency on vs off", kind: drain, a: idem, b: jb(64), n: o.n, runs: o.runs},
 		{name: "idemfloor", title: "idempotency's two KV writes alone on the floor (kv.Create before each POST, kv.Update after the 2xx, bucket like the bridge's)", kind: drain, a: floorKV, b: floor, n: o.n, runs: o.runs},

@@ -21,6 +21,7 @@ type system struct {
 	envelope    bool   // naive bridge: -envelope (the bridge's JSON envelope)
 	confirm     bool   // naive bridge: -confirm (DoubleAck)
 	kv          bool   // naive bridge: -kv (the idempotency's two KV writes)
+	fat         bool   // naive bridge: run from the build that links the bridge's dependencies (fat.go)
 	inFlight    int    // max_in_flight, or K for the naive bridge
 	format      string // envelope (default) or raw
 	idempotency bool
@@ -42,6 +43,9 @@ func (s system) label() string {
 		}
 		if s.kv {
 			name += " + 2 KV writes"
+		}
+		if s.fat {
+			name += ", linked with the bridge's dependencies"
 		}
 		return fmt.Sprintf("%s, K=%d", name, s.inFlight)
 	}
@@ -125,7 +129,12 @@ func (e *env) startSystem(ctx context.Context, sys system, natsURL, dir string) 
 		if sys.kv {
 			args = append(args, "-kv")
 		}
-		c, _, err := startChild(ctx, dir, "naive", e.self, args, nil)
+		bin := e.self
+		if sys.fat {
+			bin = e.fatSelf
+			args = append(args, "-fat")
+		}
+		c, _, err := startChild(ctx, dir, "naive", bin, args, nil)
 		if err != nil {
 			return nil, err
 		}
