@@ -112,18 +112,35 @@ func (r *route) startWorkers(stop, work context.Context, workers *sync.WaitGroup
 // pull of n, each taking at most one.
 type pullShare struct {
 	msgs  <-chan jetstream.Msg
-	left  sync.WaitGroup // shares not yet taken: the pull is over at 0
-	taken atomic.Int32   // shares that got a message
+	left  atomic.Int32  // shares not yet taken
+	taken atomic.Int32  // shares that got a message
+	over  chan struct{} // closed when every share was taken: the pull is over
+}
+
+func newPullShare(msgs <-chan jetstream.Msg, n int) *pullShare {
+	s := &pullShare{msgs: msgs, over: make(chan struct{})}
+	s.left.Store(int32(n))
+	return s
 }
 
 // take is the share's message, or false when the pull ended without one.
 func (s *pullShare) take() (jetstream.Msg, bool) {
-	defer s.left.Done()
 	m, ok := <-s.msgs
 	if ok {
 		s.taken.Add(1)
 	}
+	if s.left.Add(-1) == 0 {
+		close(s.over)
+	}
 	return m, ok
+}
+
+// openPull is a pull whose shares are out with the workers.
+type openPull struct {
+	share  *pullShare
+	batch  jetstream.MessageBatch
+	cancel context.CancelFunc
+	n      int
 }
 
 // pull fetches exactly as many messages as the route has free slots, and
@@ -132,17 +149,53 @@ func (s *pullShare) take() (jetstream.Msg, bool) {
 // burned by an open breaker). Each slot goes to one of the route's
 // workers (startWorkers) as a share of the pull, and the worker takes the
 // message. It returns when ctx ends, and closes jobs.
+//
+// While a pull is still open (some of its messages have not arrived),
+// the next one is made as soon as overlapSlots(max_in_flight) slots are
+// free again, so that a route is never without an open pull while it has
+// room: a message published between two pulls would otherwise wait for
+// the next pull's round trip. At most two pulls are open at once; under a
+// backlog a pull fills at once and the next waits for free slots only.
 func (r *route) pull(ctx context.Context, jobs chan<- *pullShare) {
 	defer close(jobs)
 	failures := 0
-	backlog := false // the last pull came back full
+	backlog := false   // the last pull that ended came back full
+	var prev *openPull // the pull still open, if any
+	// end settles a pull that is over: its expiry, its error.
+	end := func(p *openPull) {
+		p.cancel()
+		backlog = int(p.share.taken.Load()) == p.n
+		if err := p.batch.Error(); err != nil && ctx.Err() == nil &&
+			!errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
+			failures++
+			r.pullFailed(ctx, failures, err)
+			return
+		}
+		failures = 0
+	}
+	defer func() {
+		if prev != nil {
+			prev.cancel() // ctx has ended: the server drops it
+		}
+	}()
 	for ctx.Err() == nil {
 		if err := r.dest.waitUsable(ctx); err != nil {
 			return
 		}
-		n := r.acquire(ctx)
+		var prevOver <-chan struct{}
+		if prev != nil {
+			prevOver = prev.share.over
+		}
+		n, over := r.acquire(ctx, prevOver, overlapSlots(cap(r.load.slots)))
+		if over {
+			end(prev)
+			prev = nil
+		}
 		if n == 0 {
-			return
+			if ctx.Err() != nil {
+				return
+			}
+			continue
 		}
 		if st := r.dest.state(); st != BreakerClosed {
 			if st == BreakerOpen && r.dest.breaker.RemainingDelay() > 0 {
@@ -179,22 +232,25 @@ func (r *route) pull(ctx context.Context, jobs chan<- *pullShare) {
 		}
 		// One share per slot: a free worker exists for each, so sending
 		// never blocks for long, and each gives its slot back when done.
-		share := &pullShare{msgs: batch.Messages()}
-		share.left.Add(n)
+		cur := &openPull{share: newPullShare(batch.Messages(), n), batch: batch, cancel: cancel, n: n}
 		for range n {
-			jobs <- share
+			jobs <- cur.share
 		}
-		share.left.Wait() // every share taken: the pull is over
-		cancel()
-		backlog = int(share.taken.Load()) == n
-		if err := batch.Error(); err != nil && ctx.Err() == nil &&
-			!errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
-			failures++
-			r.pullFailed(ctx, failures, err)
-			continue
+		if prev != nil {
+			// Two pulls are open: the older ends before another is made.
+			<-prev.share.over
+			end(prev)
 		}
-		failures = 0
+		prev = cur
 	}
+}
+
+// overlapSlots is how many free slots a route waits for before it makes a
+// pull while another is still open: a quarter of max_in_flight, so that
+// overlapping pulls cost at most a few more pulls per max_in_flight
+// messages.
+func overlapSlots(maxInFlight int) int {
+	return max(1, maxInFlight/4)
 }
 
 // pullFailed logs a failed pull, makes the next pull check that the
@@ -212,24 +268,38 @@ func (r *route) pullFailed(ctx context.Context, failures int, err error) {
 	sleep(ctx, pause)
 }
 
-// acquire blocks for one free slot, then takes every other free slot.
-// It returns 0 when ctx ends first.
-func (r *route) acquire(ctx context.Context) int {
-	select {
-	case r.load.slots <- struct{}{}:
-	case <-ctx.Done():
-		return 0
+// acquire takes free slots for the next pull. With no pull open (open is
+// nil), it blocks for one free slot; with one open, for atLeast free slots
+// or the end of that pull (over reports it), whichever comes first. Then
+// it takes every other free slot. It returns 0 when ctx ends first, and
+// may return 0 with over when the open pull ended before any slot was
+// free.
+func (r *route) acquire(ctx context.Context, open <-chan struct{}, atLeast int) (n int, over bool) {
+	want := 1
+	if open != nil {
+		want = atLeast
 	}
-	n := 1
+	for n < want {
+		select {
+		case r.load.slots <- struct{}{}:
+			n++
+		case <-open:
+			// The open pull is over: any free slot will do now.
+			open, over, want = nil, true, 1
+		case <-ctx.Done():
+			r.release(n)
+			return 0, over
+		}
+	}
 	for n < cap(r.load.slots) {
 		select {
 		case r.load.slots <- struct{}{}:
 			n++
 		default:
-			return n
+			return n, over
 		}
 	}
-	return n
+	return n, over
 }
 
 func (r *route) release(n int) {

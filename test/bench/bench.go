@@ -34,10 +34,11 @@ func runBench(ctx context.Context, args []string) error {
 			"built with -tags fatfloor, linking the bridge's third-party dependencies.\n")
 	}
 	quick := fs.Bool("quick", false, "smaller backlogs, 3 runs, shorter windows: a few minutes")
-	list := fs.String("scenarios", "", "comma-separated scenarios to run (default all): "+strings.Join(scenarioNames(), ","))
+	list := fs.String("scenarios", "", "comma-separated scenarios to run (default: all but baseline and latbaseline): "+strings.Join(scenarioNames(), ","))
 	runs := fs.Int("runs", 0, "paired runs per scenario (default 5, -quick 3)")
 	n := fs.Int("n", 0, "backlog of the throughput scenarios (default 30000, -quick 10000)")
 	bridgeBin := fs.String("bridge", "", "use this bridge binary instead of building ./cmd/bridge")
+	baseline := fs.String("baseline", "", "a second bridge binary (a build of an earlier commit, say) that the baseline and latbaseline scenarios measure this build against, paired")
 	keep := fs.Bool("keep", false, "keep the temp dir (logs of the last runs)")
 	perfDir := fs.String("perf", "", "record each drain run's system process with Linux `perf record -g` into this directory (those runs' figures include perf's overhead)")
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
@@ -91,6 +92,9 @@ func runBench(ctx context.Context, args []string) error {
 		if e.bridgeBin, err = buildIn(ctx, tmp, "bridge", "./cmd/bridge"); err != nil {
 			return err
 		}
+	}
+	if e.baselineBin = *baseline; e.baselineBin == "" && slices.ContainsFunc(selected, func(sc scenario) bool { return sc.b.baseline }) {
+		return errors.New("the baseline and latbaseline scenarios need -baseline BINARY")
 	}
 	if slices.ContainsFunc(selected, func(sc scenario) bool { return sc.a.fat || sc.b.fat }) {
 		if e.fatSelf, err = buildIn(ctx, tmp, "bench-fat", "./test/bench", "-tags", "fatfloor"); err != nil {
@@ -181,7 +185,7 @@ func scenarioNames() []string {
 // their usual order; an unknown name is an error naming it.
 func selectScenarios(all []scenario, list string) ([]scenario, error) {
 	if list == "" {
-		return all, nil
+		return slices.DeleteFunc(all, func(sc scenario) bool { return sc.named }), nil
 	}
 	want := strings.Split(list, ",")
 	for _, w := range want {

@@ -37,14 +37,15 @@ type result struct {
 
 // env is what every run shares: the binaries, the sink, the temp dir.
 type env struct {
-	opts      options
-	sinkPID   int // the HTTP sink process, shared by every run
-	tmp       string
-	self      string // this benchmark's binary, re-executed for the roles
-	bridgeBin string
-	fatSelf   string // this benchmark built with -tags fatfloor; "" when no scenario needs it
-	sink      *sinkClient
-	perfDir   string // -perf: record each drain's system process here
+	opts        options
+	sinkPID     int // the HTTP sink process, shared by every run
+	tmp         string
+	self        string // this benchmark's binary, re-executed for the roles
+	bridgeBin   string
+	fatSelf     string // this benchmark built with -tags fatfloor; "" when no scenario needs it
+	baselineBin string // -baseline: the bridge build the baseline scenarios compare against
+	sink        *sinkClient
+	perfDir     string // -perf: record each drain's system process here
 }
 
 // run performs one run of sys in sc, in a fresh JetStream server with its

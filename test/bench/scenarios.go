@@ -28,6 +28,9 @@ type scenario struct {
 	a, b  system
 	n     int // backlog (drain, failure runs) unless a system sets its own
 	runs  int
+	// named: run only when -scenarios names it (the baseline comparisons,
+	// which need -baseline).
+	named bool
 }
 
 // options are the benchmark's flags.
@@ -89,6 +92,8 @@ func allScenarios(o options) []scenario {
 	failing := system{inFlight: 64, noBreaker: true, backoff: status500BackoffYAML, maxDeliver: 1000}
 	limited := jb(64)
 	limited.concurrency = 64
+	base64, base32 := jb(64), jb(32)
+	base64.baseline, base32.baseline = true, true
 	return []scenario{
 		{name: "envelope", title: "envelope, defaults (breaker, transport retry, metrics; idempotency off)", kind: drain, a: jb(64), b: naive(64), n: o.n, runs: o.runs},
 		{name: "raw", title: "format raw", kind: drain, a: raw, b: naive(64), n: o.n, runs: o.runs},
@@ -105,6 +110,8 @@ func allScenarios(o options) []scenario {
 		{name: "conns1024", title: fmt.Sprintf("sink TCP connections, %d messages, max_in_flight 1024", o.connsN), kind: drain, a: jb(1024), b: naive(1024), n: o.connsN, runs: o.runs},
 		{name: "rss", title: fmt.Sprintf("peak RSS flatness, %d vs %d backlog", o.rssSmall, o.rssBig), kind: drain, a: small, b: big, runs: o.runs},
 		{name: "breaker", title: fmt.Sprintf("destination answering 503, breaker open, %s window", o.breakerFor), kind: breakerOpen, a: jb(64), b: naive(64), n: 1000, runs: o.failureRuns},
+		{name: "baseline", title: "this build vs the -baseline build, envelope defaults", kind: drain, a: jb(64), b: base64, n: o.n, runs: o.runs, named: true},
+		{name: "latbaseline", title: fmt.Sprintf("this build vs the -baseline build, latency at %d msgs/s for %s", o.rate, o.latencyFor), kind: latency, a: jb(32), b: base32, runs: o.runs, named: true},
 		{name: "status500", title: fmt.Sprintf("destination answering 500 to everything, %d messages, %s window (jetbridge: breaker off, backoff %s)", o.status500Backlog, o.status500For, status500BackoffYAML), kind: status500, a: failing, b: naive(64), n: o.status500Backlog, runs: o.failureRuns},
 	}
 }

@@ -22,6 +22,7 @@ type system struct {
 	confirm     bool   // naive bridge: -confirm (DoubleAck)
 	kv          bool   // naive bridge: -kv (the idempotency's two KV writes)
 	fat         bool   // naive bridge: run from the build that links the bridge's dependencies (fat.go)
+	baseline    bool   // jetbridge: the -baseline binary instead of this build
 	inFlight    int    // max_in_flight, or K for the naive bridge
 	format      string // envelope (default) or raw
 	idempotency bool
@@ -49,7 +50,11 @@ func (s system) label() string {
 		}
 		return fmt.Sprintf("%s, K=%d", name, s.inFlight)
 	}
-	parts := []string{"jetbridge", orDefault(s.format, "envelope"), "max_in_flight " + strconv.Itoa(s.inFlight)}
+	name := "jetbridge"
+	if s.baseline {
+		name = "jetbridge (baseline build)"
+	}
+	parts := []string{name, orDefault(s.format, "envelope"), "max_in_flight " + strconv.Itoa(s.inFlight)}
 	if s.idempotency {
 		parts = append(parts, "idempotency on")
 	}
@@ -148,7 +153,11 @@ func (e *env) startSystem(ctx context.Context, sys system, natsURL, dir string) 
 	if err := os.WriteFile(cfgPath, []byte(bridgeConfig(sys, natsURL, admin, e.sink.dest)), 0o600); err != nil {
 		return nil, err
 	}
-	c, err := startBridge(ctx, dir, e.bridgeBin, cfgPath)
+	bin := e.bridgeBin
+	if sys.baseline {
+		bin = e.baselineBin
+	}
+	c, err := startBridge(ctx, dir, bin, cfgPath)
 	if err != nil {
 		return nil, err
 	}
