@@ -327,6 +327,7 @@ type faults struct {
 	noProgress              bool // no InProgress while an attempt runs
 	progressAfterSettle     bool // a progress ack goes out just after the settlement
 	maxDeliverOffByOne      bool // one delivery more than max_deliver is allowed
+	noOverlap               bool // no pull is made while another is open
 }
 
 // is5xx is the broken retry conditions' test: any 5xx response.
@@ -409,6 +410,11 @@ func (f faults) parts() parts {
 		p.progress = func(r *route, w int, m jetstream.Msg, held *atomic.Pointer[lease]) stopper {
 			return lateProgress{s: r.progress(w, m, held), r: r, m: m}
 		}
+	}
+	if f.noOverlap {
+		// More free slots than a route has: the next pull waits for the
+		// open one to end.
+		p.overlap = func(maxInFlight int) int { return maxInFlight + 1 }
 	}
 	if f.noProgress {
 		p.progress = func(*route, int, jetstream.Msg, *atomic.Pointer[lease]) stopper { return noStop{} }

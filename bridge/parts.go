@@ -54,6 +54,9 @@ type parts struct {
 	// safetyNet processes the stored MAX_DELIVERIES advisories until ctx
 	// ends (Bridge.advisories).
 	safetyNet func(b *Bridge, ctx context.Context)
+	// overlap is how many free slots a route waits for before it makes a
+	// pull while another is still open (pull.go).
+	overlap func(maxInFlight int) int
 }
 
 // defaultParts are the parts of every production bridge.
@@ -76,6 +79,7 @@ func defaultParts() parts {
 		shrinkDeadLetter: shrinkDeadLetter,
 		classifyAdvisory: classifyAdvisoryFailure,
 		safetyNet:        (*Bridge).advisories,
+		overlap:          overlapSlots,
 	}
 }
 

@@ -186,7 +186,7 @@ func (r *route) pull(ctx context.Context, jobs chan<- *pullShare) {
 		if prev != nil {
 			prevOver = prev.share.over
 		}
-		n, over := r.acquire(ctx, prevOver, overlapSlots(cap(r.load.slots)))
+		n, over := r.acquire(ctx, prevOver, r.b.parts.overlap(cap(r.load.slots)))
 		if over {
 			end(prev)
 			prev = nil
