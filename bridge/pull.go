@@ -3,6 +3,7 @@ package bridge
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,20 +17,21 @@ import (
 )
 
 // A pull that the server no longer knows (it restarted, or a new leader
-// took over) is noticed within about two seconds, instead of leaving the
-// route idle until the pull expires: a pull that may have to wait for
-// messages (the one before it came back short) stays open fetchWait and
-// asks for an idle heartbeat every fetchHeartbeat, two missed ones ending
-// it; a pull made while there is a backlog (the one before it came back
-// full) fills at once, so it asks for no heartbeat and expires after
-// fetchFullWait. A stopping route cancels its open pull at once (the
-// server drops it, and the messages it did not deliver stay pending).
+// took over) ends within about two seconds, instead of leaving the route
+// idle until the pull expires: a pull made after one that came back short
+// (it may have to wait for messages) stays open fetchWait and asks for an
+// idle heartbeat every fetchHeartbeat, two missed ones ending it; a pull
+// made after one that came back full (most likely a backlog, when it
+// fills at once) asks for no heartbeat and expires after fetchFullWait.
+// A stopping route cancels its open pulls at once (the server drops them,
+// and the messages they did not deliver stay pending).
 //
-// No heartbeat under a backlog on purpose: nats.go 1.55's Fetch leaves its
-// heartbeat timer running for two heartbeats after the pull has ended, and
-// the timer keeps the pull's subscription and buffers reachable. At a pull
-// every millisecond or two, that kept about 2 MiB of dead pulls alive in
-// the bridge's heap during a drain (README "Performance").
+// No heartbeat after a full pull on purpose: nats.go 1.55's Fetch leaves
+// its heartbeat timer running for two heartbeats after the pull has
+// ended, and the timer keeps the pull's subscription and buffers
+// reachable. At a pull every millisecond or two, that kept about 2 MiB of
+// dead pulls alive in the bridge's heap during a drain (README
+// "Performance").
 const (
 	fetchWait      = 5 * time.Second
 	fetchHeartbeat = time.Second
@@ -88,17 +90,16 @@ func (r *route) startWorkers(stop, work context.Context, workers *sync.WaitGroup
 	for w := range cap(r.load.slots) {
 		workers.Go(func() {
 			for share := range jobs {
-				m, ok := share.take()
-				if ok {
-					r.bound.received.Add(1)
+				m, ok := share.take(r.release)
+				if !ok {
+					continue // take gave the slot back
 				}
-				switch {
-				case !ok:
-				case stop.Err() != nil:
+				r.bound.received.Add(1)
+				if stop.Err() != nil {
 					// The signal came while this pull was open: hand the
 					// message back untouched rather than start new work.
 					r.settleUntouched(m, ErrInterrupted)
-				default:
+				} else {
 					r.handle(stop, work, m, w)
 				}
 				r.release(1)
@@ -111,23 +112,31 @@ func (r *route) startWorkers(stop, work context.Context, workers *sync.WaitGroup
 // pullShare is one slot of a pull: n workers share the messages of a
 // pull of n, each taking at most one.
 type pullShare struct {
-	msgs  <-chan jetstream.Msg
-	left  atomic.Int32  // shares not yet taken
-	taken atomic.Int32  // shares that got a message
-	over  chan struct{} // closed when every share was taken: the pull is over
+	msgs   <-chan jetstream.Msg
+	left   atomic.Int32  // shares not yet taken
+	taken  atomic.Int32  // shares that got a message
+	ending chan struct{} // closed when a share found the pull's channel closed
+	endOne sync.Once
+	over   chan struct{} // closed when every share was taken: the pull is over
 }
 
 func newPullShare(msgs <-chan jetstream.Msg, n int) *pullShare {
-	s := &pullShare{msgs: msgs, over: make(chan struct{})}
+	s := &pullShare{msgs: msgs, ending: make(chan struct{}), over: make(chan struct{})}
 	s.left.Store(int32(n))
 	return s
 }
 
-// take is the share's message, or false when the pull ended without one.
-func (s *pullShare) take() (jetstream.Msg, bool) {
+// take is the share's message, or false when the pull ended without one;
+// then the share's slot is given back (release) before the pull can count
+// as over, so that the pull loop, woken by the end of the pull, finds
+// every slot of it free at once.
+func (s *pullShare) take(release func(int)) (jetstream.Msg, bool) {
 	m, ok := <-s.msgs
 	if ok {
 		s.taken.Add(1)
+	} else {
+		s.endOne.Do(func() { close(s.ending) })
+		release(1)
 	}
 	if s.left.Add(-1) == 0 {
 		close(s.over)
@@ -150,51 +159,79 @@ type openPull struct {
 // workers (startWorkers) as a share of the pull, and the worker takes the
 // message. It returns when ctx ends, and closes jobs.
 //
-// While a pull is still open (some of its messages have not arrived),
-// the next one is made as soon as overlapSlots(max_in_flight) slots are
-// free again, so that a route is never without an open pull while it has
-// room: a message published between two pulls would otherwise wait for
-// the next pull's round trip. At most two pulls are open at once; under a
-// backlog a pull fills at once and the next waits for free slots only.
+// While a pull is open and still receiving, the next one is made as soon
+// as overlap(max_in_flight) slots are free again, so that a route with
+// room always has a pull open: a message published between two pulls
+// would otherwise wait for the next pull's round trip. At most two pulls
+// are open at once. A pull that is ending (its time is up, or the server
+// ended it) is waited for, so that its slots go into one next pull
+// rather than into a string of small ones; under a backlog a pull fills
+// at once and the next one is made as soon as a slot is free.
 func (r *route) pull(ctx context.Context, jobs chan<- *pullShare) {
 	defer close(jobs)
 	failures := 0
-	backlog := false   // the last pull that ended came back full
-	var prev *openPull // the pull still open, if any
-	// end settles a pull that is over: its expiry, its error.
-	end := func(p *openPull) {
+	backlog := false     // the last pull that ended came back full
+	var open []*openPull // at most two, oldest first
+	defer func() {
+		for _, p := range open {
+			p.cancel() // ctx has ended: the server drops them
+		}
+	}()
+	// end settles a pull that is over (its expiry, its error) and reports
+	// whether it failed: pullFailed has then backed off.
+	end := func(p *openPull) bool {
 		p.cancel()
 		backlog = int(p.share.taken.Load()) == p.n
 		if err := p.batch.Error(); err != nil && ctx.Err() == nil &&
 			!errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
 			failures++
 			r.pullFailed(ctx, failures, err)
-			return
+			return true
 		}
 		failures = 0
+		return false
 	}
-	defer func() {
-		if prev != nil {
-			prev.cancel() // ctx has ended: the server drops it
+	// endOver ends the open pulls that are over, and reports whether one
+	// of them failed.
+	endOver := func() (failed bool) {
+		kept := open[:0]
+		for _, p := range open {
+			select {
+			case <-p.share.over:
+				failed = end(p) || failed
+			default:
+				kept = append(kept, p)
+			}
 		}
-	}()
+		clear(open[len(kept):])
+		open = kept
+		return failed
+	}
 	for ctx.Err() == nil {
 		if err := r.dest.waitUsable(ctx); err != nil {
 			return
 		}
-		var prevOver <-chan struct{}
-		if prev != nil {
-			prevOver = prev.share.over
+		if endOver() {
+			continue
 		}
-		n, over := r.acquire(ctx, prevOver, r.b.parts.overlap(cap(r.load.slots)))
-		if over {
-			end(prev)
-			prev = nil
-		}
-		if n == 0 {
-			if ctx.Err() != nil {
-				return
+		if len(open) == 2 {
+			select {
+			case <-open[0].share.over:
+			case <-open[1].share.over:
+			case <-ctx.Done():
 			}
+			continue
+		}
+		var still *pullShare
+		if len(open) == 1 {
+			still = open[0].share
+		}
+		n := r.acquire(ctx, still, r.b.parts.overlap(cap(r.load.slots)))
+		if n == 0 {
+			return
+		}
+		if endOver() {
+			r.release(n)
 			continue
 		}
 		if st := r.dest.state(); st != BreakerClosed {
@@ -215,13 +252,15 @@ func (r *route) pull(ctx context.Context, jobs chan<- *pullShare) {
 		if r.bound.rebind.Swap(false) {
 			r.lookupConsumer(ctx)
 		}
-		wait, opts := fetchWait, []jetstream.FetchOpt{jetstream.FetchHeartbeat(fetchHeartbeat), nil}
+		wait := fetchWait
+		opts := make([]jetstream.FetchOpt, 0, 2)
 		if backlog {
-			wait, opts = fetchFullWait, opts[1:]
+			wait = fetchFullWait
+		} else {
+			opts = append(opts, jetstream.FetchHeartbeat(fetchHeartbeat))
 		}
 		fctx, cancel := context.WithTimeout(ctx, wait)
-		opts[len(opts)-1] = jetstream.FetchContext(fctx)
-		batch, err := r.consumer().Fetch(n, opts...)
+		batch, err := r.consumer().Fetch(n, append(opts, jetstream.FetchContext(fctx))...)
 		backlog = false
 		if err != nil {
 			cancel()
@@ -232,16 +271,11 @@ func (r *route) pull(ctx context.Context, jobs chan<- *pullShare) {
 		}
 		// One share per slot: a free worker exists for each, so sending
 		// never blocks for long, and each gives its slot back when done.
-		cur := &openPull{share: newPullShare(batch.Messages(), n), batch: batch, cancel: cancel, n: n}
+		p := &openPull{share: newPullShare(batch.Messages(), n), batch: batch, cancel: cancel, n: n}
 		for range n {
-			jobs <- cur.share
+			jobs <- p.share
 		}
-		if prev != nil {
-			// Two pulls are open: the older ends before another is made.
-			<-prev.share.over
-			end(prev)
-		}
-		prev = cur
+		open = append(open, p)
 	}
 }
 
@@ -268,27 +302,36 @@ func (r *route) pullFailed(ctx context.Context, failures int, err error) {
 	sleep(ctx, pause)
 }
 
-// acquire takes free slots for the next pull. With no pull open (open is
-// nil), it blocks for one free slot; with one open, for atLeast free slots
-// or the end of that pull (over reports it), whichever comes first. Then
-// it takes every other free slot. It returns 0 when ctx ends first, and
-// may return 0 with over when the open pull ended before any slot was
-// free.
-func (r *route) acquire(ctx context.Context, open <-chan struct{}, atLeast int) (n int, over bool) {
+// acquire takes free slots for the next pull and returns how many (0
+// only when ctx ends first). With no pull open (still is nil), it blocks
+// for one free slot. With one open, it blocks for atLeast free slots,
+// unless that pull ends meanwhile: once the pull is ending it waits for
+// the pull to be over (every slot of it given back), and then for one
+// free slot. Then it takes every other free slot.
+func (r *route) acquire(ctx context.Context, still *pullShare, atLeast int) (n int) {
 	want := 1
-	if open != nil {
-		want = atLeast
+	var ending, over <-chan struct{}
+	if still != nil {
+		want, ending, over = max(1, atLeast), still.ending, still.over
 	}
 	for n < want {
 		select {
 		case r.load.slots <- struct{}{}:
 			n++
-		case <-open:
-			// The open pull is over: any free slot will do now.
-			open, over, want = nil, true, 1
+			// A slot of the ending pull is given back after ending is
+			// closed: seen here, it makes the wait for the whole pull.
+			select {
+			case <-ending:
+				ending, want = nil, math.MaxInt
+			default:
+			}
+		case <-ending:
+			ending, want = nil, math.MaxInt
+		case <-over:
+			ending, over, want = nil, nil, 1
 		case <-ctx.Done():
 			r.release(n)
-			return 0, over
+			return 0
 		}
 	}
 	for n < cap(r.load.slots) {
@@ -296,10 +339,10 @@ func (r *route) acquire(ctx context.Context, open <-chan struct{}, atLeast int) 
 		case r.load.slots <- struct{}{}:
 			n++
 		default:
-			return n, over
+			return n
 		}
 	}
-	return n, over
+	return n
 }
 
 func (r *route) release(n int) {
