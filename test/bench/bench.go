@@ -144,6 +144,24 @@ func runBench(ctx context.Context, args []string) error {
 func (e *env) runScenario(ctx context.Context, sc scenario) *scenarioResult {
 	sr := &scenarioResult{sc: sc}
 	for i := range sc.runs {
+		if sc.together {
+			dir := filepath.Join(e.tmp, fmt.Sprintf("%s-%d", sc.name, i+1))
+			t0 := time.Now()
+			ra, rb, err := e.latencyTogetherRun(ctx, sc.a, sc.b, dir, i%2 == 1)
+			if err != nil {
+				sr.err = fmt.Errorf("run %d: %w", i+1, err)
+				fmt.Fprintf(os.Stderr, "bench: %s: %v\n", sc.name, sr.err)
+				return sr
+			}
+			sr.a, sr.b = append(sr.a, ra), append(sr.b, rb)
+			for _, x := range []struct {
+				sys system
+				r   result
+			}{{sc.a, ra}, {sc.b, rb}} {
+				fmt.Fprintf(os.Stderr, "bench: %s run %d/%d %s (together, %s): %s\n", sc.name, i+1, sc.runs, x.sys.label(), formatDuration(time.Since(t0)), summary(sc.kind, x.r))
+			}
+			continue
+		}
 		for j, sys := range []system{sc.a, sc.b} {
 			dir := filepath.Join(e.tmp, fmt.Sprintf("%s-%d-%c", sc.name, i+1, 'a'+j))
 			t0 := time.Now()

@@ -25,6 +25,13 @@
 // binary must carry, whose initialisation and resident code pages are
 // part of any bridge that keeps the contract.
 //
+// Latency tails on a shared machine mostly measure what else ran at the
+// time, so "latpair", "latfloor" and "latoverhead" run their two systems
+// at once on one server, each with its own durable consumer (every message
+// is delivered by both) and its own sink lane: the pair sees the same
+// moment of the machine. "latency" is the issue's own measurement, the
+// two systems in separate runs.
+//
 //	go run ./test/bench            # every scenario, 5 pairs each (~15 min on 2 cores)
 //	go run ./test/bench -quick     # smaller N, 3 pairs: about 3 minutes
 //	go run ./test/bench -scenarios envelope,latency -runs 7

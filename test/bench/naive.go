@@ -36,7 +36,7 @@ const confirmTimeout = 5 * time.Second
 const (
 	kvBucket  = "EVENTS_DELIVERED"
 	kvTTL     = 24 * time.Hour
-	kvRoute   = "bench"
+	kvRoute   = "bench0"
 	kvTimeout = 5 * time.Second
 )
 
@@ -79,6 +79,7 @@ func runNaive(ctx context.Context, args []string) error {
 	envelope := fs.Bool("envelope", false, "send the bridge's JSON envelope instead of the raw body")
 	confirm := fs.Bool("confirm", false, "confirmed ack (DoubleAck) instead of a plain Ack")
 	withKV := fs.Bool("kv", false, "reserve each event id in an idempotency bucket like the bridge's (kv.Create before the POST, kv.Update after a 2xx)")
+	durable := fs.String("durable", "naive", "durable consumer name (two naive bridges measured at once use two)")
 	fat := fs.Bool("fat", false, "refuse to run unless this binary was built with -tags fatfloor (it links the bridge's third-party dependencies)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -99,7 +100,7 @@ func runNaive(ctx context.Context, args []string) error {
 		return err
 	}
 	cons, err := js.CreateOrUpdateConsumer(ctx, *stream, jetstream.ConsumerConfig{
-		Durable:   "naive",
+		Durable:   *durable,
 		AckPolicy: jetstream.AckExplicitPolicy,
 		AckWait:   30 * time.Second,
 	})

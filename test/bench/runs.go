@@ -223,6 +223,94 @@ func (e *env) latencyRun(ctx context.Context, sys system, pub *publisher, natsUR
 	}, nil
 }
 
+// latencyTogetherRun starts a and b at once on one fresh server (b first
+// when bFirst), each with a durable consumer of its own delivering to its
+// own sink lane, publishes at the fixed rate and reads each system's
+// latency percentiles: the pair sees the same moment of the machine.
+func (e *env) latencyTogetherRun(ctx context.Context, a, b system, dir string, bFirst bool) (result, result, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return result{}, result{}, err
+	}
+	defer os.RemoveAll(dir)
+	nd, natsURL, err := startChild(ctx, dir, "natsd", e.self, []string{"_natsd", "-store", filepath.Join(dir, "store")}, nil)
+	if err != nil {
+		return result{}, result{}, err
+	}
+	defer nd.stop()
+	pub, err := newPublisher(ctx, natsURL)
+	if err != nil {
+		return result{}, result{}, err
+	}
+	defer pub.close()
+	paced := e.opts.rate * int(e.opts.latencyFor/time.Second)
+	total := latencyWarmup + paced
+	if err := e.sink.reset(ctx, total, http.StatusAccepted, latencyWarmup); err != nil {
+		return result{}, result{}, err
+	}
+	systems := []system{a, b}
+	order := []int{0, 1}
+	if bFirst {
+		order = []int{1, 0}
+	}
+	suts := make([]*sut, 2)
+	for _, i := range order {
+		sub := filepath.Join(dir, string(rune('a'+i)))
+		if err := os.MkdirAll(sub, 0o700); err != nil {
+			return result{}, result{}, err
+		}
+		s, err := e.startSystemOn(ctx, systems[i], natsURL, sub, i)
+		if err != nil {
+			return result{}, result{}, err
+		}
+		defer s.stop()
+		suts[i] = s
+	}
+	if err := pub.paced(ctx, 0, latencyWarmup, e.opts.rate); err != nil {
+		return result{}, result{}, err
+	}
+	cpu0 := make([]time.Duration, 2)
+	for _, s := range suts {
+		if _, err := e.waitUnique(ctx, s, latencyWarmup, stallTimeout, nil); err != nil {
+			return result{}, result{}, err
+		}
+	}
+	for i, s := range suts {
+		if cpu0[i], err = cpuTime(s.pid()); err != nil {
+			return result{}, result{}, err
+		}
+	}
+	if err := pub.paced(ctx, latencyWarmup, paced, e.opts.rate); err != nil {
+		return result{}, result{}, err
+	}
+	var out [2]result
+	for _, s := range suts {
+		if _, err := e.waitUnique(ctx, s, total, stallTimeout, nil); err != nil {
+			return result{}, result{}, err
+		}
+	}
+	for i, s := range suts {
+		cpu1, rss, err := usage(s.pid())
+		if err != nil {
+			return result{}, result{}, err
+		}
+		st, err := e.sink.statsOf(ctx, s.lane, true)
+		if err != nil {
+			return result{}, result{}, err
+		}
+		if st.Latencies != paced {
+			return result{}, result{}, fmt.Errorf("latency, %s: %d timed deliveries, want %d", systems[i].label(), st.Latencies, paced)
+		}
+		ms := func(ns int64) float64 { return float64(ns) / 1e6 }
+		out[i] = result{
+			p50: ms(st.P50NS), p99: ms(st.P99NS), p999: ms(st.P999NS),
+			cpuPer10k: (cpu1 - cpu0[i]).Seconds() * 10_000 / float64(paced),
+			rssMB:     float64(rss) / (1 << 20),
+			dups:      float64(st.Dups),
+		}
+	}
+	return out[0], out[1], nil
+}
+
 // failureRun pre-publishes the backlog, points sys at a sink answering
 // 503 (breakerOpen) or 500 (status500) to everything, waits until the
 // failure regime is reached and measures the system's cost over a window.
@@ -307,7 +395,7 @@ func (e *env) waitSink(ctx context.Context, s *sut, what string, timeout time.Du
 	deadline := time.Now().Add(timeout)
 	last, lastProgress := int64(-1), time.Now()
 	for {
-		st, err := e.sink.stats(ctx, false)
+		st, err := e.sink.statsOf(ctx, s.lane, false)
 		if err != nil {
 			return st, err
 		}

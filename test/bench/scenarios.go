@@ -31,6 +31,12 @@ type scenario struct {
 	// named: run only when -scenarios names it (the baseline comparisons,
 	// which need -baseline).
 	named bool
+	// together (latency scenarios): each run starts A and B at once on one
+	// server, each consuming every message and delivering to a sink lane
+	// of its own, so that both see the same moment of the machine (on a
+	// shared machine, the latency tail of separate runs mostly measures
+	// what else ran then). Which system starts first alternates.
+	together bool
 }
 
 // options are the benchmark's flags.
@@ -92,6 +98,8 @@ func allScenarios(o options) []scenario {
 	failing := system{inFlight: 64, noBreaker: true, backoff: status500BackoffYAML, maxDeliver: 1000}
 	limited := jb(64)
 	limited.concurrency = 64
+	floor32 := naive(32)
+	floor32.envelope, floor32.confirm = true, true
 	base64, base32 := jb(64), jb(32)
 	base64.baseline, base32.baseline = true, true
 	return []scenario{
@@ -106,12 +114,15 @@ func allScenarios(o options) []scenario {
 		{name: "idemfloor", title: "idempotency's two KV writes alone on the floor (kv.Create before each POST, kv.Update after the 2xx, bucket like the bridge's)", kind: drain, a: floorKV, b: floor, n: o.n, runs: o.runs},
 		{name: "flow", title: "a fixed concurrency limit (never reached) vs no flow control", kind: drain, a: limited, b: jb(64), n: o.n, runs: o.runs},
 		{name: "latency", title: fmt.Sprintf("publish-to-delivery latency at %d msgs/s for %s", o.rate, o.latencyFor), kind: latency, a: jb(32), b: naive(32), runs: o.runs},
+		{name: "latpair", title: fmt.Sprintf("the latency scenario with both systems at once (each consumes every message, %d msgs/s each)", o.rate), kind: latency, a: jb(32), b: naive(32), runs: o.runs, together: true},
+		{name: "latfloor", title: fmt.Sprintf("latency at %d msgs/s, both at once: the contract's required work alone on the naive bridge (envelope with json.Valid, confirmed ack)", o.rate), kind: latency, a: floor32, b: naive(32), runs: o.runs, together: true},
+		{name: "latoverhead", title: fmt.Sprintf("latency at %d msgs/s, both at once: jetbridge beyond that floor", o.rate), kind: latency, a: jb(32), b: floor32, runs: o.runs, together: true},
 		{name: "conns256", title: fmt.Sprintf("sink TCP connections, %d messages, max_in_flight 256", o.connsN), kind: drain, a: jb(256), b: naive(256), n: o.connsN, runs: o.runs},
 		{name: "conns1024", title: fmt.Sprintf("sink TCP connections, %d messages, max_in_flight 1024", o.connsN), kind: drain, a: jb(1024), b: naive(1024), n: o.connsN, runs: o.runs},
 		{name: "rss", title: fmt.Sprintf("peak RSS flatness, %d vs %d backlog", o.rssSmall, o.rssBig), kind: drain, a: small, b: big, runs: o.runs},
 		{name: "breaker", title: fmt.Sprintf("destination answering 503, breaker open, %s window", o.breakerFor), kind: breakerOpen, a: jb(64), b: naive(64), n: 1000, runs: o.failureRuns},
 		{name: "baseline", title: "this build vs the -baseline build, envelope defaults", kind: drain, a: jb(64), b: base64, n: o.n, runs: o.runs, named: true},
-		{name: "latbaseline", title: fmt.Sprintf("this build vs the -baseline build, latency at %d msgs/s for %s", o.rate, o.latencyFor), kind: latency, a: jb(32), b: base32, runs: o.runs, named: true},
+		{name: "latbaseline", title: fmt.Sprintf("this build vs the -baseline build, latency at %d msgs/s for %s, both at once", o.rate, o.latencyFor), kind: latency, a: jb(32), b: base32, runs: o.runs, named: true, together: true},
 		{name: "status500", title: fmt.Sprintf("destination answering 500 to everything, %d messages, %s window (jetbridge: breaker off, backoff %s)", o.status500Backlog, o.status500For, status500BackoffYAML), kind: status500, a: failing, b: naive(64), n: o.status500Backlog, runs: o.failureRuns},
 	}
 }

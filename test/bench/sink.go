@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,15 +42,23 @@ type sinkStats struct {
 }
 
 // sink is the HTTP destination: it answers every request with the status
-// set by the last reset and records each sequence number it sees.
+// set by the last reset and records each sequence number it sees, per
+// lane: requests to the destination URL go to lane 0, requests to it with
+// "/b" appended to lane 1 (two systems measured at once, each delivering
+// every message).
 type sink struct {
 	conns, open, maxOpen atomic.Int64
 
-	mu        sync.Mutex
-	status    int
+	mu      sync.Mutex
+	status  int
+	latFrom int
+	since   time.Time
+	lanes   [2]lane
+}
+
+// lane is what the sink recorded of one system's requests.
+type lane struct {
 	seen      []bool
-	latFrom   int
-	since     time.Time
 	st        sinkStats
 	latencies []int64
 }
@@ -119,22 +128,26 @@ func (s *sink) serveEvent(w http.ResponseWriter, r *http.Request) {
 	seq, okSeq := markedInt(body, seqMarker)
 	ts, okTS := markedInt(body, tsMarker)
 	s.mu.Lock()
-	s.st.Requests++
+	l := &s.lanes[0]
+	if strings.HasSuffix(r.URL.Path, "/b") {
+		l = &s.lanes[1]
+	}
+	l.st.Requests++
 	elapsed := now.Sub(s.since).Nanoseconds()
-	if s.st.FirstNS == 0 {
-		s.st.FirstNS = max(elapsed, 1)
+	if l.st.FirstNS == 0 {
+		l.st.FirstNS = max(elapsed, 1)
 	}
 	switch {
-	case err != nil || !okSeq || seq >= int64(len(s.seen)):
-		s.st.Invalid++
-	case s.seen[seq]:
-		s.st.Dups++
+	case err != nil || !okSeq || seq >= int64(len(l.seen)):
+		l.st.Invalid++
+	case l.seen[seq]:
+		l.st.Dups++
 	default:
-		s.seen[seq] = true
-		s.st.Unique++
-		s.st.LastNewNS = elapsed
-		if okTS && int(seq) >= s.latFrom && len(s.latencies) < cap(s.latencies) {
-			s.latencies = append(s.latencies, now.UnixNano()-ts)
+		l.seen[seq] = true
+		l.st.Unique++
+		l.st.LastNewNS = elapsed
+		if okTS && int(seq) >= s.latFrom && len(l.latencies) < cap(l.latencies) {
+			l.latencies = append(l.latencies, now.UnixNano()-ts)
 		}
 	}
 	status := s.status
@@ -143,8 +156,9 @@ func (s *sink) serveEvent(w http.ResponseWriter, r *http.Request) {
 }
 
 // controlHandler serves POST /reset?n=N&status=S&lat_from=L (forget
-// everything, expect sequences 0..N-1, answer S, record latencies of
-// sequences >= L) and GET /stats (?latency=1 adds the percentiles).
+// everything, expect sequences 0..N-1 in each lane, answer S, record
+// latencies of sequences >= L) and GET /stats (lane 0; ?lane=1 for lane 1;
+// ?latency=1 adds the percentiles).
 func (s *sink) controlHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /reset", func(w http.ResponseWriter, r *http.Request) {
@@ -158,20 +172,24 @@ func (s *sink) controlHandler() http.Handler {
 		}
 		s.mu.Lock()
 		s.status, s.latFrom, s.since = status, latFrom, time.Now()
-		s.seen = make([]bool, n)
-		s.latencies = make([]int64, 0, max(n-latFrom, 0))
-		s.st = sinkStats{}
+		for i := range s.lanes {
+			s.lanes[i] = lane{seen: make([]bool, n), latencies: make([]int64, 0, max(n-latFrom, 0))}
+		}
 		s.conns.Store(0)
 		s.maxOpen.Store(s.open.Load())
 		s.mu.Unlock()
 	})
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
 		withLat := r.URL.Query().Get("latency") == "1"
+		i := 0
+		if r.URL.Query().Get("lane") == "1" {
+			i = 1
+		}
 		var lat []int64
 		s.mu.Lock()
-		st := s.st
+		st := s.lanes[i].st
 		if withLat {
-			lat = slices.Clone(s.latencies)
+			lat = slices.Clone(s.lanes[i].latencies)
 		}
 		s.mu.Unlock()
 		st.Conns, st.MaxOpen = s.conns.Load(), s.maxOpen.Load()
@@ -227,11 +245,25 @@ func (c *sinkClient) reset(ctx context.Context, n, status, latFrom int) error {
 	return nil
 }
 
+// destOf is the destination URL of lane (0 or 1).
+func (c *sinkClient) destOf(lane int) string {
+	if lane == 1 {
+		return c.dest + "/b"
+	}
+	return c.dest
+}
+
+// stats reads lane 0's counters.
 func (c *sinkClient) stats(ctx context.Context, latency bool) (sinkStats, error) {
+	return c.statsOf(ctx, 0, latency)
+}
+
+// statsOf reads the counters of lane (0 or 1).
+func (c *sinkClient) statsOf(ctx context.Context, lane int, latency bool) (sinkStats, error) {
 	var st sinkStats
-	u := c.ctl + "/stats"
+	u := fmt.Sprintf("%s/stats?lane=%d", c.ctl, lane)
 	if latency {
-		u += "?latency=1"
+		u += "&latency=1"
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {

@@ -88,7 +88,7 @@ const breakerDelay = 2 * time.Second
 // bridgeConfig is the YAML configuration of the bridge for sys: defaults
 // everywhere except the NATS URL, the admin address, the destination and
 // the route's knobs of sys.
-func bridgeConfig(sys system, natsURL, adminAddr, destURL string) string {
+func bridgeConfig(sys system, natsURL, adminAddr, destURL, route string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "nats:\n  url: %q\n", natsURL)
 	fmt.Fprintf(&b, "admin:\n  listen: %q\n", adminAddr)
@@ -101,7 +101,7 @@ func bridgeConfig(sys system, natsURL, adminAddr, destURL string) string {
 	if sys.concurrency > 0 {
 		fmt.Fprintf(&b, "    concurrency: {max: %d}\n", sys.concurrency)
 	}
-	b.WriteString("routes:\n  - name: bench\n    subjects: [\"events.>\"]\n    destination: sink\n")
+	fmt.Fprintf(&b, "routes:\n  - name: %s\n    subjects: [\"events.>\"]\n    destination: sink\n", route)
 	fmt.Fprintf(&b, "    max_in_flight: %d\n    idempotency: %t\n", sys.inFlight, sys.idempotency)
 	if sys.backoff != "" {
 		fmt.Fprintf(&b, "    backoff: %s\n", sys.backoff)
@@ -116,6 +116,7 @@ func bridgeConfig(sys system, natsURL, adminAddr, destURL string) string {
 type sut struct {
 	*child
 	admin string // jetbridge's admin address; "" for the naive bridge
+	lane  int    // the sink lane it delivers to (sink.go)
 }
 
 // startSystem starts sys against the server at natsURL. The bridge is
@@ -123,8 +124,17 @@ type sut struct {
 // dir; the naive bridge is this binary in its "_naive" role. It does not
 // wait for the bridge to be ready: drain runs time from the first request.
 func (e *env) startSystem(ctx context.Context, sys system, natsURL, dir string) (*sut, error) {
+	return e.startSystemOn(ctx, sys, natsURL, dir, 0)
+}
+
+// startSystemOn starts sys delivering to the sink's lane (0 or 1), with a
+// durable consumer of its own: two systems started on two lanes consume
+// every message each.
+func (e *env) startSystemOn(ctx context.Context, sys system, natsURL, dir string, lane int) (*sut, error) {
+	dest := e.sink.destOf(lane)
 	if sys.naive {
-		args := []string{"_naive", "-nats", natsURL, "-url", e.sink.dest, "-k", strconv.Itoa(sys.inFlight), "-stream", streamName}
+		args := []string{"_naive", "-nats", natsURL, "-url", dest, "-k", strconv.Itoa(sys.inFlight), "-stream", streamName,
+			"-durable", fmt.Sprintf("naive%d", lane)}
 		if sys.envelope {
 			args = append(args, "-envelope")
 		}
@@ -143,14 +153,14 @@ func (e *env) startSystem(ctx context.Context, sys system, natsURL, dir string) 
 		if err != nil {
 			return nil, err
 		}
-		return &sut{child: c}, nil
+		return &sut{child: c, lane: lane}, nil
 	}
 	admin, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
 	cfgPath := filepath.Join(dir, "bridge.yaml")
-	if err := os.WriteFile(cfgPath, []byte(bridgeConfig(sys, natsURL, admin, e.sink.dest)), 0o600); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(bridgeConfig(sys, natsURL, admin, dest, fmt.Sprintf("bench%d", lane))), 0o600); err != nil {
 		return nil, err
 	}
 	bin := e.bridgeBin
@@ -161,7 +171,7 @@ func (e *env) startSystem(ctx context.Context, sys system, natsURL, dir string) 
 	if err != nil {
 		return nil, err
 	}
-	return &sut{child: c, admin: admin}, nil
+	return &sut{child: c, admin: admin, lane: lane}, nil
 }
 
 // startBridge starts the bridge binary ("bridge run"). It prints no ready
