@@ -170,7 +170,10 @@ type openPull struct {
 func (r *route) pull(ctx context.Context, jobs chan<- *pullShare) {
 	defer close(jobs)
 	failures := 0
-	backlog := false     // the last pull that ended came back full
+	// backlog: the last pull that ended came back full. A pull still open
+	// does not change it: under a backlog the next pull is often made
+	// while the last one is still being taken.
+	backlog := false
 	var open []*openPull // at most two, oldest first
 	defer func() {
 		for _, p := range open {
@@ -261,7 +264,6 @@ func (r *route) pull(ctx context.Context, jobs chan<- *pullShare) {
 		}
 		fctx, cancel := context.WithTimeout(ctx, wait)
 		batch, err := r.consumer().Fetch(n, append(opts, jetstream.FetchContext(fctx))...)
-		backlog = false
 		if err != nil {
 			cancel()
 			r.release(n)
