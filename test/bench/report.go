@@ -192,6 +192,15 @@ func check(measure, goal, got string, met bool) target {
 	return target{measure: measure, goal: goal, got: got, met: met}
 }
 
+// ratioText is r as a ratio with two decimals, or three when two would
+// round it onto the target's bound (0.6995 is not "0.70×" against ≥ 0.7×).
+func ratioText(r, bound float64) string {
+	if t := fmt.Sprintf("%.2f", r); t == fmt.Sprintf("%.2f", bound) && r != bound {
+		return fmt.Sprintf("%.3f×", r)
+	}
+	return fmt.Sprintf("%.2f×", r)
+}
+
 // noteLine is a line under a missed target stating its limit.
 func noteLine(measure, goal, got string) target {
 	return target{measure: measure, goal: goal, got: got, note: true}
@@ -215,19 +224,19 @@ func targets(res map[string]*scenarioResult, o options) []target {
 	if sr, ok := have("envelope"); ok {
 		rate := mets(drain, "msgs/s")
 		r := sr.ratio(rate)
-		ts = append(ts, check("throughput, envelope defaults, max_in_flight 64, vs naive K=64", "≥ 1.1×", fmt.Sprintf("%.2f×", r), r >= 1.1))
+		ts = append(ts, check("throughput, envelope defaults, max_in_flight 64, vs naive K=64", "≥ 1.1×", ratioText(r, 1.1), r >= 1.1))
 		if r < 1.1 {
 			ts = append(ts, limits(res, rate, "throughput", "≥", 1.1)...)
 		}
 		cpu := mets(drain, "CPU s / 10k msgs")
 		r = sr.ratio(cpu)
-		ts = append(ts, check("CPU s / 10k msgs, same runs", "≤ 1.0× naive", fmt.Sprintf("%.2f×", r), r <= 1.0))
+		ts = append(ts, check("CPU s / 10k msgs, same runs", "≤ 1.0× naive", ratioText(r, 1.0), r <= 1.0))
 		if r > 1.0 {
 			ts = append(ts, limits(res, cpu, "CPU", "≤", 1.0)...)
 		}
 		rss := mets(drain, "peak RSS MiB")
 		r = sr.ratio(rss)
-		ts = append(ts, check("peak RSS, same runs", "≤ 1.5× naive", fmt.Sprintf("%.2f×", r), r <= 1.5))
+		ts = append(ts, check("peak RSS, same runs", "≤ 1.5× naive", ratioText(r, 1.5), r <= 1.5))
 		if r > 1.5 {
 			ts = append(ts, rssLimits(res, rss, 1.5)...)
 		}
@@ -239,7 +248,7 @@ func targets(res map[string]*scenarioResult, o options) []target {
 	if sr, ok := have("latency"); ok {
 		p99 := mets(latency, "p99 ms")
 		r := sr.ratio(p99)
-		ts = append(ts, check(fmt.Sprintf("p99 latency at %d msgs/s, max_in_flight 32 vs K=32", o.rate), "≤ 1.0× naive", fmt.Sprintf("%.2f×", r), r <= 1.0))
+		ts = append(ts, check(fmt.Sprintf("p99 latency at %d msgs/s, max_in_flight 32 vs K=32", o.rate), "≤ 1.0× naive", ratioText(r, 1.0), r <= 1.0))
 		if r > 1.0 {
 			if sr, ok := have("latpair"); ok {
 				r := sr.ratio(p99)
@@ -261,7 +270,7 @@ func targets(res map[string]*scenarioResult, o options) []target {
 	}
 	if sr, ok := have("idempotency"); ok {
 		r := sr.ratio(mets(drain, "msgs/s"))
-		ts = append(ts, check("throughput, idempotency on vs off", "≥ 0.7×", fmt.Sprintf("%.2f×", r), r >= 0.7))
+		ts = append(ts, check("throughput, idempotency on vs off", "≥ 0.7×", ratioText(r, 0.7), r >= 0.7))
 		if r < 0.7 {
 			ts = append(ts, idemLimits(res, sr, 0.7)...)
 		}
