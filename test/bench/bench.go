@@ -64,6 +64,15 @@ func runBench(ctx context.Context, args []string) error {
 		return err
 	}
 
+	if slices.ContainsFunc(selected, func(sc scenario) bool { return sc.b.baseline }) {
+		if *baseline == "" {
+			return errors.New("the baseline and latbaseline scenarios need -baseline BINARY")
+		}
+		if fi, err := os.Stat(*baseline); err != nil || fi.IsDir() {
+			return fmt.Errorf("-baseline %s: not a bridge binary", *baseline)
+		}
+	}
+
 	tmp, err := os.MkdirTemp("", "jetbridge-bench-")
 	if err != nil {
 		return err
@@ -73,7 +82,7 @@ func runBench(ctx context.Context, args []string) error {
 	} else {
 		defer os.RemoveAll(tmp)
 	}
-	e := &env{opts: o, tmp: tmp}
+	e := &env{opts: o, tmp: tmp, baselineBin: *baseline}
 	if *perfDir != "" {
 		if _, err := exec.LookPath("perf"); err != nil {
 			return fmt.Errorf("-perf: %w", err)
@@ -92,9 +101,6 @@ func runBench(ctx context.Context, args []string) error {
 		if e.bridgeBin, err = buildIn(ctx, tmp, "bridge", "./cmd/bridge"); err != nil {
 			return err
 		}
-	}
-	if e.baselineBin = *baseline; e.baselineBin == "" && slices.ContainsFunc(selected, func(sc scenario) bool { return sc.b.baseline }) {
-		return errors.New("the baseline and latbaseline scenarios need -baseline BINARY")
 	}
 	if slices.ContainsFunc(selected, func(sc scenario) bool { return sc.a.fat || sc.b.fat }) {
 		if e.fatSelf, err = buildIn(ctx, tmp, "bench-fat", "./test/bench", "-tags", "fatfloor"); err != nil {
