@@ -328,6 +328,7 @@ type faults struct {
 	progressAfterSettle     bool // a progress ack goes out just after the settlement
 	maxDeliverOffByOne      bool // one delivery more than max_deliver is allowed
 	noOverlap               bool // no pull is made while another is open
+	alwaysPullHeartbeat     bool // every pull asks for an idle heartbeat, a full one before it or not
 }
 
 // is5xx is the broken retry conditions' test: any 5xx response.
@@ -415,6 +416,9 @@ func (f faults) parts() parts {
 		// More free slots than a route has: the next pull waits for the
 		// open one to end.
 		p.overlap = func(maxInFlight int) int { return maxInFlight + 1 }
+	}
+	if f.alwaysPullHeartbeat {
+		p.pullHeartbeat = func(bool) time.Duration { return fetchHeartbeat }
 	}
 	if f.noProgress {
 		p.progress = func(*route, int, jetstream.Msg, *atomic.Pointer[lease]) stopper { return noStop{} }

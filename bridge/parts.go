@@ -57,6 +57,9 @@ type parts struct {
 	// overlap is how many free slots a route waits for before it makes a
 	// pull while another is still open (pull.go).
 	overlap func(maxInFlight int) int
+	// pullHeartbeat is the idle heartbeat a pull asks for, given whether
+	// the last pull that ended came back full; 0 for none (pull.go).
+	pullHeartbeat func(lastFull bool) time.Duration
 }
 
 // defaultParts are the parts of every production bridge.
@@ -80,6 +83,7 @@ func defaultParts() parts {
 		classifyAdvisory: classifyAdvisoryFailure,
 		safetyNet:        (*Bridge).advisories,
 		overlap:          overlapSlots,
+		pullHeartbeat:    pullHeartbeat,
 	}
 }
 

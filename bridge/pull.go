@@ -255,12 +255,11 @@ func (r *route) pull(ctx context.Context, jobs chan<- *pullShare) {
 		if r.bound.rebind.Swap(false) {
 			r.lookupConsumer(ctx)
 		}
-		wait := fetchWait
+		wait := fetchFullWait
 		opts := make([]jetstream.FetchOpt, 0, 2)
-		if backlog {
-			wait = fetchFullWait
-		} else {
-			opts = append(opts, jetstream.FetchHeartbeat(fetchHeartbeat))
+		if hb := r.b.parts.pullHeartbeat(backlog); hb > 0 {
+			wait = fetchWait
+			opts = append(opts, jetstream.FetchHeartbeat(hb))
 		}
 		fctx, cancel := context.WithTimeout(ctx, wait)
 		batch, err := r.consumer().Fetch(n, append(opts, jetstream.FetchContext(fctx))...)
@@ -279,6 +278,15 @@ func (r *route) pull(ctx context.Context, jobs chan<- *pullShare) {
 		}
 		open = append(open, p)
 	}
+}
+
+// pullHeartbeat is the idle heartbeat of a pull: none after a pull that
+// came back full (see fetchFullWait), fetchHeartbeat otherwise.
+func pullHeartbeat(lastFull bool) time.Duration {
+	if lastFull {
+		return 0
+	}
+	return fetchHeartbeat
 }
 
 // overlapSlots is how many free slots a route waits for before it makes a
