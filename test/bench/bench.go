@@ -153,7 +153,7 @@ func (e *env) runScenario(ctx context.Context, sc scenario) *scenarioResult {
 		if sc.together {
 			dir := filepath.Join(e.tmp, fmt.Sprintf("%s-%d", sc.name, i+1))
 			t0 := time.Now()
-			ra, rb, err := e.latencyTogetherRun(ctx, sc.a, sc.b, dir, i%2 == 1)
+			ra, rb, err := e.runTogether(ctx, sc, dir, i%2 == 1)
 			if err != nil {
 				sr.err = fmt.Errorf("run %d: %w", i+1, err)
 				fmt.Fprintf(os.Stderr, "bench: %s: %v\n", sc.name, sr.err)

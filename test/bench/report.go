@@ -293,73 +293,54 @@ func targets(res map[string]*scenarioResult, o options) []target {
 	return ts
 }
 
-// limits are the note lines under a missed target of the envelope
-// scenario on measure m (goal: cmp want × naive): what the naive bridge
-// reaches doing only the contract's required work (the floor scenario,
-// floor / naive), hence what the target asks of jetbridge against that
-// floor (want ÷ floor), and where jetbridge is (the overhead scenario,
-// jetbridge / floor). Either line is left out when its scenario did not run.
+// floorLimits are the note lines under a missed target (goal: cmp want ×
+// naive) on measure m: what a floor reference reaches against the naive
+// bridge (scenario floor, its line labelled floorLabel), hence what the
+// target asks of jetbridge against that floor (want ÷ floor), and where
+// jetbridge is against it (scenario over, labelled overLabel). Either line
+// is left out when its scenario did not run.
+func floorLimits(res map[string]*scenarioResult, m metric, floor, over, floorLabel, overLabel, cmp string, want float64) []target {
+	var ts []target
+	limit := math.NaN()
+	if sr, ok := res[floor]; ok && sr.pairs() > 0 {
+		limit = sr.ratio(m)
+		ts = append(ts, noteLine(floorLabel, "—", fmt.Sprintf("%.2f×", limit)))
+	}
+	if sr, ok := res[over]; ok && sr.pairs() > 0 {
+		goal := "—"
+		if !math.IsNaN(limit) && limit > 0 {
+			goal = fmt.Sprintf("%s %.2f× floor (%.1f× ÷ %.2f×)", cmp, want/limit, want, limit)
+		}
+		ts = append(ts, noteLine(overLabel, goal, fmt.Sprintf("%.2f×", sr.ratio(m))))
+	}
+	return ts
+}
+
+// limits are floorLimits under a missed target of the envelope scenario:
+// the naive bridge doing only the contract's required work (floor), and
+// jetbridge against it (overhead).
 func limits(res map[string]*scenarioResult, m metric, what, cmp string, want float64) []target {
-	var ts []target
-	floor := math.NaN()
-	if sr, ok := res["floor"]; ok && sr.pairs() > 0 {
-		floor = sr.ratio(m)
-		ts = append(ts, noteLine(fmt.Sprintf("↳ limit, %s: a naive bridge doing only the required work (envelope + confirmed ack, K=64) vs naive K=64 (floor)", what),
-			"—", fmt.Sprintf("%.2f×", floor)))
-	}
-	if sr, ok := res["overhead"]; ok && sr.pairs() > 0 {
-		goal := "—"
-		if !math.IsNaN(floor) && floor > 0 {
-			goal = fmt.Sprintf("%s %.2f× floor (%.1f× ÷ %.2f×)", cmp, want/floor, want, floor)
-		}
-		ts = append(ts, noteLine(fmt.Sprintf("↳ %s: jetbridge vs that floor (overhead)", what), goal, fmt.Sprintf("%.2f×", sr.ratio(m))))
-	}
-	return ts
+	return floorLimits(res, m, "floor", "overhead",
+		fmt.Sprintf("↳ limit, %s: a naive bridge doing only the required work (envelope + confirmed ack, K=64) vs naive K=64 (floor)", what),
+		fmt.Sprintf("↳ %s: jetbridge vs that floor (overhead)", what), cmp, want)
 }
 
-// rssLimits are the note lines under a missed peak RSS target (want ×
-// naive): the peak RSS of the floor built with the bridge's third-party
-// dependencies against the plain naive bridge (rssfloor), what the target
-// then asks of jetbridge against that floor, and where jetbridge is
-// (rssoverhead). Either line is left out when its scenario did not run.
+// rssLimits are floorLimits under a missed peak RSS target: the floor
+// built with the bridge's third-party dependencies (rssfloor), and
+// jetbridge against it (rssoverhead).
 func rssLimits(res map[string]*scenarioResult, m metric, want float64) []target {
-	var ts []target
-	floor := math.NaN()
-	if sr, ok := res["rssfloor"]; ok && sr.pairs() > 0 {
-		floor = sr.ratio(m)
-		ts = append(ts, noteLine("↳ limit, peak RSS: the floor linked with the bridge's third-party dependencies vs naive K=64 (rssfloor)",
-			"—", fmt.Sprintf("%.2f×", floor)))
-	}
-	if sr, ok := res["rssoverhead"]; ok && sr.pairs() > 0 {
-		goal := "—"
-		if !math.IsNaN(floor) && floor > 0 {
-			goal = fmt.Sprintf("≤ %.2f× floor (%.1f× ÷ %.2f×)", want/floor, want, floor)
-		}
-		ts = append(ts, noteLine("↳ peak RSS: jetbridge vs that floor (rssoverhead)", goal, fmt.Sprintf("%.2f×", sr.ratio(m))))
-	}
-	return ts
+	return floorLimits(res, m, "rssfloor", "rssoverhead",
+		"↳ limit, peak RSS: the floor linked with the bridge's third-party dependencies vs naive K=64 (rssfloor)",
+		"↳ peak RSS: jetbridge vs that floor (rssoverhead)", "≤", want)
 }
 
-// latLimits are the note lines under a missed p99 latency target: the
-// naive bridge doing only the contract's required work against the plain
-// one at the same rate and K (latfloor), what the target then asks of
-// jetbridge against that floor, and where jetbridge is (latoverhead).
+// latLimits are floorLimits under a missed p99 latency target: the naive
+// bridge doing only the required work at the same rate and K, both at once
+// (latfloor), and jetbridge against it (latoverhead).
 func latLimits(res map[string]*scenarioResult, m metric, want float64) []target {
-	var ts []target
-	floor := math.NaN()
-	if sr, ok := res["latfloor"]; ok && sr.pairs() > 0 {
-		floor = sr.ratio(m)
-		ts = append(ts, noteLine("↳ limit, p99 latency: a naive bridge doing only the required work (envelope + confirmed ack, K=32) vs naive K=32, at once (latfloor)",
-			"—", fmt.Sprintf("%.2f×", floor)))
-	}
-	if sr, ok := res["latoverhead"]; ok && sr.pairs() > 0 {
-		goal := "—"
-		if !math.IsNaN(floor) && floor > 0 {
-			goal = fmt.Sprintf("≤ %.2f× floor (%.1f× ÷ %.2f×)", want/floor, want, floor)
-		}
-		ts = append(ts, noteLine("↳ p99 latency: jetbridge vs that floor, at once (latoverhead)", goal, fmt.Sprintf("%.2f×", sr.ratio(m))))
-	}
-	return ts
+	return floorLimits(res, m, "latfloor", "latoverhead",
+		"↳ limit, p99 latency: a naive bridge doing only the required work (envelope + confirmed ack, K=32) vs naive K=32, at once (latfloor)",
+		"↳ p99 latency: jetbridge vs that floor, at once (latoverhead)", "≤", want)
 }
 
 // idemLimits are the note lines under a missed idempotency target (want ×

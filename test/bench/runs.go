@@ -50,29 +50,56 @@ type env struct {
 
 // run performs one run of sys in sc, in a fresh JetStream server with its
 // own store, and stops everything it started before returning.
-func (e *env) run(ctx context.Context, sc scenario, sys system, dir string) (result, error) {
+func (e *env) run(ctx context.Context, sc scenario, sys system, dir string) (r result, err error) {
+	err = e.withServer(ctx, dir, func(natsURL string, serverPID int, pub *publisher) error {
+		switch sc.kind {
+		case drain:
+			r, err = e.drainRun(ctx, sc.backlog(sys), sys, pub, natsURL, dir, serverPID)
+		case latency:
+			var rs []result
+			rs, err = e.latencyRun(ctx, []system{sys}, false, pub, natsURL, dir)
+			if err == nil {
+				r = rs[0]
+			}
+		default:
+			r, err = e.failureRun(ctx, sc, sys, pub, natsURL, dir)
+		}
+		return err
+	})
+	return r, err
+}
+
+// runTogether performs one run of a latency scenario whose two systems
+// run at once (scenario.together), b started first when bFirst.
+func (e *env) runTogether(ctx context.Context, sc scenario, dir string, bFirst bool) (ra, rb result, err error) {
+	err = e.withServer(ctx, dir, func(natsURL string, _ int, pub *publisher) error {
+		rs, err := e.latencyRun(ctx, []system{sc.a, sc.b}, bFirst, pub, natsURL, dir)
+		if err == nil {
+			ra, rb = rs[0], rs[1]
+		}
+		return err
+	})
+	return ra, rb, err
+}
+
+// withServer runs f with a fresh JetStream server (its store in dir) and
+// a publisher on it, and stops both and removes dir afterwards.
+func (e *env) withServer(ctx context.Context, dir string, f func(natsURL string, serverPID int, pub *publisher) error) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return result{}, err
+		return err
 	}
 	defer os.RemoveAll(dir)
 	nd, natsURL, err := startChild(ctx, dir, "natsd", e.self, []string{"_natsd", "-store", filepath.Join(dir, "store")}, nil)
 	if err != nil {
-		return result{}, err
+		return err
 	}
 	defer nd.stop()
 	pub, err := newPublisher(ctx, natsURL)
 	if err != nil {
-		return result{}, err
+		return err
 	}
 	defer pub.close()
-	switch sc.kind {
-	case drain:
-		return e.drainRun(ctx, sc.backlog(sys), sys, pub, natsURL, dir, nd.pid())
-	case latency:
-		return e.latencyRun(ctx, sys, pub, natsURL, dir)
-	default:
-		return e.failureRun(ctx, sc, sys, pub, natsURL, dir)
-	}
+	return f(natsURL, nd.pid(), pub)
 }
 
 // drainRun pre-publishes n messages, then starts sys and measures until
@@ -174,131 +201,71 @@ const failureSettle = breakerDelay / 4
 // latencyWarmup messages are delivered before the paced ones are timed.
 const latencyWarmup = 200
 
-// latencyRun starts sys on an empty stream, warms it up, then publishes
-// at the fixed rate and reads the latency percentiles at the sink.
-func (e *env) latencyRun(ctx context.Context, sys system, pub *publisher, natsURL, dir string) (result, error) {
+// latencyRun starts systems on an empty stream (one, or two at once,
+// the last first when lastFirst), each with a durable consumer of its own
+// delivering to its own sink lane, warms them up, then publishes at the
+// fixed rate and reads each one's latency percentiles at the sink.
+func (e *env) latencyRun(ctx context.Context, systems []system, lastFirst bool, pub *publisher, natsURL, dir string) ([]result, error) {
 	paced := e.opts.rate * int(e.opts.latencyFor/time.Second)
 	total := latencyWarmup + paced
 	if err := e.sink.reset(ctx, total, http.StatusAccepted, latencyWarmup); err != nil {
-		return result{}, err
+		return nil, err
 	}
-	s, err := e.startSystem(ctx, sys, natsURL, dir)
-	if err != nil {
-		return result{}, err
-	}
-	defer s.stop()
-	if err := pub.paced(ctx, 0, latencyWarmup, e.opts.rate); err != nil {
-		return result{}, err
-	}
-	if _, err := e.waitUnique(ctx, s, latencyWarmup, stallTimeout, nil); err != nil {
-		return result{}, err
-	}
-	cpu0, err := cpuTime(s.pid())
-	if err != nil {
-		return result{}, err
-	}
-	if err := pub.paced(ctx, latencyWarmup, paced, e.opts.rate); err != nil {
-		return result{}, err
-	}
-	if _, err := e.waitUnique(ctx, s, total, stallTimeout, nil); err != nil {
-		return result{}, err
-	}
-	cpu1, rss, err := usage(s.pid())
-	if err != nil {
-		return result{}, err
-	}
-	st, err := e.sink.stats(ctx, true)
-	if err != nil {
-		return result{}, err
-	}
-	if st.Latencies != paced {
-		return result{}, fmt.Errorf("latency: %d timed deliveries, want %d", st.Latencies, paced)
-	}
-	ms := func(ns int64) float64 { return float64(ns) / 1e6 }
-	return result{
-		p50: ms(st.P50NS), p99: ms(st.P99NS), p999: ms(st.P999NS),
-		cpuPer10k: (cpu1 - cpu0).Seconds() * 10_000 / float64(paced),
-		rssMB:     float64(rss) / (1 << 20),
-		dups:      float64(st.Dups),
-	}, nil
-}
-
-// latencyTogetherRun starts a and b at once on one fresh server (b first
-// when bFirst), each with a durable consumer of its own delivering to its
-// own sink lane, publishes at the fixed rate and reads each system's
-// latency percentiles: the pair sees the same moment of the machine.
-func (e *env) latencyTogetherRun(ctx context.Context, a, b system, dir string, bFirst bool) (result, result, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return result{}, result{}, err
-	}
-	defer os.RemoveAll(dir)
-	nd, natsURL, err := startChild(ctx, dir, "natsd", e.self, []string{"_natsd", "-store", filepath.Join(dir, "store")}, nil)
-	if err != nil {
-		return result{}, result{}, err
-	}
-	defer nd.stop()
-	pub, err := newPublisher(ctx, natsURL)
-	if err != nil {
-		return result{}, result{}, err
-	}
-	defer pub.close()
-	paced := e.opts.rate * int(e.opts.latencyFor/time.Second)
-	total := latencyWarmup + paced
-	if err := e.sink.reset(ctx, total, http.StatusAccepted, latencyWarmup); err != nil {
-		return result{}, result{}, err
-	}
-	systems := []system{a, b}
-	order := []int{0, 1}
-	if bFirst {
-		order = []int{1, 0}
-	}
-	suts := make([]*sut, 2)
-	for _, i := range order {
-		sub := filepath.Join(dir, string(rune('a'+i)))
-		if err := os.MkdirAll(sub, 0o700); err != nil {
-			return result{}, result{}, err
+	suts := make([]*sut, len(systems))
+	for k := range systems {
+		i := k
+		if lastFirst {
+			i = len(systems) - 1 - k
 		}
-		s, err := e.startSystemOn(ctx, systems[i], natsURL, sub, i)
+		sdir := dir
+		if len(systems) > 1 {
+			sdir = filepath.Join(dir, string(rune('a'+i)))
+			if err := os.MkdirAll(sdir, 0o700); err != nil {
+				return nil, err
+			}
+		}
+		s, err := e.startSystemOn(ctx, systems[i], natsURL, sdir, i)
 		if err != nil {
-			return result{}, result{}, err
+			return nil, err
 		}
 		defer s.stop()
 		suts[i] = s
 	}
 	if err := pub.paced(ctx, 0, latencyWarmup, e.opts.rate); err != nil {
-		return result{}, result{}, err
+		return nil, err
 	}
-	cpu0 := make([]time.Duration, 2)
 	for _, s := range suts {
 		if _, err := e.waitUnique(ctx, s, latencyWarmup, stallTimeout, nil); err != nil {
-			return result{}, result{}, err
+			return nil, err
 		}
 	}
+	cpu0 := make([]time.Duration, len(suts))
 	for i, s := range suts {
+		var err error
 		if cpu0[i], err = cpuTime(s.pid()); err != nil {
-			return result{}, result{}, err
+			return nil, err
 		}
 	}
 	if err := pub.paced(ctx, latencyWarmup, paced, e.opts.rate); err != nil {
-		return result{}, result{}, err
+		return nil, err
 	}
-	var out [2]result
 	for _, s := range suts {
 		if _, err := e.waitUnique(ctx, s, total, stallTimeout, nil); err != nil {
-			return result{}, result{}, err
+			return nil, err
 		}
 	}
+	out := make([]result, len(suts))
 	for i, s := range suts {
 		cpu1, rss, err := usage(s.pid())
 		if err != nil {
-			return result{}, result{}, err
+			return nil, err
 		}
 		st, err := e.sink.statsOf(ctx, s.lane, true)
 		if err != nil {
-			return result{}, result{}, err
+			return nil, err
 		}
 		if st.Latencies != paced {
-			return result{}, result{}, fmt.Errorf("latency, %s: %d timed deliveries, want %d", systems[i].label(), st.Latencies, paced)
+			return nil, fmt.Errorf("latency, %s: %d timed deliveries, want %d", systems[i].label(), st.Latencies, paced)
 		}
 		ms := func(ns int64) float64 { return float64(ns) / 1e6 }
 		out[i] = result{
@@ -308,7 +275,7 @@ func (e *env) latencyTogetherRun(ctx context.Context, a, b system, dir string, b
 			dups:      float64(st.Dups),
 		}
 	}
-	return out[0], out[1], nil
+	return out, nil
 }
 
 // failureRun pre-publishes the backlog, points sys at a sink answering
