@@ -11,7 +11,8 @@ import (
 	"github.com/sotercare/jetbridge/internal/sinktest"
 )
 
-const overlapRoute = `
+// inFlightRoute is route r to the sink at %s with max_in_flight %d.
+const inFlightRoute = `
 destinations:
   d:
     url: %s
@@ -19,7 +20,7 @@ routes:
   - name: r
     subjects: ["events.>"]
     destination: d
-    max_in_flight: 4
+    max_in_flight: %d
 `
 
 // A route with room keeps a pull open while an earlier pull still waits
@@ -30,7 +31,7 @@ routes:
 func TestRouteWithRoomKeepsAPullOpen(t *testing.T) {
 	check := func(t testing.TB, f faults) error {
 		sink := sinktest.New(t, sinktest.Always(200))
-		h := startBridge(t, testConfig(t, overlapRoute, sink.URL()), f)
+		h := startBridge(t, testConfig(t, inFlightRoute, sink.URL(), 4), f)
 		ctx := context.Background()
 		cons, err := h.js.Consumer(ctx, h.cfg.Stream.Name, "r")
 		if err != nil {
@@ -91,7 +92,7 @@ func TestPullAfterAFullPullAsksForNoHeartbeat(t *testing.T) {
 			t.Fatal(err)
 		}
 		sink := sinktest.New(t, sinktest.Always(200))
-		h := startBridgeOn(t, srv, testConfig(t, singleSlotRoute, sink.URL()), f)
+		h := startBridgeOn(t, srv, testConfig(t, inFlightRoute, sink.URL(), 1), f)
 		next := func() pullRequest {
 			t.Helper()
 			m, err := sub.NextMsg(settleWait)
@@ -124,14 +125,3 @@ func TestPullAfterAFullPullAsksForNoHeartbeat(t *testing.T) {
 	}
 	expectBroken(t, "a heartbeat on every pull", func(t testing.TB) error { return check(t, faults{alwaysPullHeartbeat: true}) })
 }
-
-const singleSlotRoute = `
-destinations:
-  d:
-    url: %s
-routes:
-  - name: r
-    subjects: ["events.>"]
-    destination: d
-    max_in_flight: 1
-`
