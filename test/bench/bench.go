@@ -23,7 +23,7 @@ func runBench(ctx context.Context, args []string) error {
 		fs.PrintDefaults()
 		fmt.Fprintf(out, "\nScenarios (A vs B, in the order they run; figures of a full run):\n")
 		for _, sc := range allScenarios(defaultOptions(false)) {
-			fmt.Fprintf(out, "  %-12s %s\n  %-12s A: %s; B: %s\n", sc.name, sc.title, "", sc.a.label(), sc.b.label())
+			fmt.Fprintf(out, "  %-16s %s\n  %-16s A: %s; B: %s\n", sc.name, sc.title, "", sc.a.label(), sc.b.label())
 		}
 		fmt.Fprintf(out, "\nfloor and overhead split a missed throughput or CPU target: floor is what the\n"+
 			"work the contract requires (the envelope, a confirmed ack) costs the naive\n"+
@@ -31,7 +31,9 @@ func runBench(ctx context.Context, args []string) error {
 			"idempotency target: what idempotency's two KV writes per message (kv.Create\n"+
 			"before the POST, kv.Update after the 2xx) alone cost that floor. rssfloor and\n"+
 			"rssoverhead split a missed peak RSS target the same way: rssfloor is the floor\n"+
-			"built with -tags fatfloor, linking the bridge's third-party dependencies.\n")
+			"built with -tags fatfloor, linking the bridge's third-party dependencies.\n"+
+			"latencyfloor and latencyoverhead split a missed p99 latency target, in separate\n"+
+			"runs like latency's; latfloor and latoverhead do it with both systems at once.\n")
 	}
 	quick := fs.Bool("quick", false, "smaller backlogs, 3 runs, shorter windows: a few minutes")
 	list := fs.String("scenarios", "", "comma-separated scenarios to run (default: all but baseline and latbaseline): "+strings.Join(scenarioNames(), ","))
@@ -39,7 +41,7 @@ func runBench(ctx context.Context, args []string) error {
 	n := fs.Int("n", 0, "backlog of the throughput scenarios (default 30000, -quick 10000)")
 	bridgeBin := fs.String("bridge", "", "use this bridge binary instead of building ./cmd/bridge")
 	baseline := fs.String("baseline", "", "a second bridge binary (a build of an earlier commit, say) that the baseline and latbaseline scenarios measure this build against, paired")
-	keep := fs.Bool("keep", false, "keep the temp dir (logs of the last runs)")
+	keep := fs.Bool("keep", false, "keep the temp dir and the logs of every run (not their JetStream stores)")
 	perfDir := fs.String("perf", "", "record each drain run's system process with Linux `perf record -g` into this directory (those runs' figures include perf's overhead)")
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		return nil
@@ -82,7 +84,7 @@ func runBench(ctx context.Context, args []string) error {
 	} else {
 		defer os.RemoveAll(tmp)
 	}
-	e := &env{opts: o, tmp: tmp, baselineBin: *baseline}
+	e := &env{opts: o, tmp: tmp, baselineBin: *baseline, keep: *keep}
 	if *perfDir != "" {
 		if _, err := exec.LookPath("perf"); err != nil {
 			return fmt.Errorf("-perf: %w", err)

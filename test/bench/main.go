@@ -30,7 +30,8 @@
 // at once on one server, each with its own durable consumer (every message
 // is delivered by both) and its own sink lane: the pair sees the same
 // moment of the machine. "latency" is the issue's own measurement, the
-// two systems in separate runs.
+// two systems in separate runs, and "latencyfloor" and "latencyoverhead"
+// split it the same way, in separate runs too.
 //
 //	go run ./test/bench            # every scenario, 5 pairs each (~15 min on 2 cores)
 //	go run ./test/bench -quick     # smaller N, 3 pairs: about 3 minutes

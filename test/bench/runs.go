@@ -46,6 +46,7 @@ type env struct {
 	baselineBin string // -baseline: the bridge build the baseline scenarios compare against
 	sink        *sinkClient
 	perfDir     string // -perf: record each drain's system process here
+	keep        bool   // -keep: keep each run's logs (not its store)
 }
 
 // run performs one run of sys in sc, in a fresh JetStream server with its
@@ -83,12 +84,17 @@ func (e *env) runTogether(ctx context.Context, sc scenario, dir string, bFirst b
 }
 
 // withServer runs f with a fresh JetStream server (its store in dir) and
-// a publisher on it, and stops both and removes dir afterwards.
+// a publisher on it, and stops both and removes dir afterwards (with
+// -keep, only the store: the logs stay).
 func (e *env) withServer(ctx context.Context, dir string, f func(natsURL string, serverPID int, pub *publisher) error) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	if e.keep {
+		defer os.RemoveAll(filepath.Join(dir, "store"))
+	} else {
+		defer os.RemoveAll(dir)
+	}
 	nd, natsURL, err := startChild(ctx, dir, "natsd", e.self, []string{"_natsd", "-store", filepath.Join(dir, "store")}, nil)
 	if err != nil {
 		return err

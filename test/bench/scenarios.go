@@ -114,6 +114,8 @@ func allScenarios(o options) []scenario {
 		{name: "idemfloor", title: "idempotency's two KV writes alone on the floor (kv.Create before each POST, kv.Update after the 2xx, bucket like the bridge's)", kind: drain, a: floorKV, b: floor, n: o.n, runs: o.runs},
 		{name: "flow", title: "a fixed concurrency limit (never reached) vs no flow control", kind: drain, a: limited, b: jb(64), n: o.n, runs: o.runs},
 		{name: "latency", title: fmt.Sprintf("publish-to-delivery latency at %d msgs/s for %s", o.rate, o.latencyFor), kind: latency, a: jb(32), b: naive(32), runs: o.runs},
+		{name: "latencyfloor", title: fmt.Sprintf("latency at %d msgs/s, separate runs: the contract's required work alone on the naive bridge (envelope with json.Valid, confirmed ack)", o.rate), kind: latency, a: floor32, b: naive(32), runs: o.runs},
+		{name: "latencyoverhead", title: fmt.Sprintf("latency at %d msgs/s, separate runs: jetbridge beyond that floor", o.rate), kind: latency, a: jb(32), b: floor32, runs: o.runs},
 		{name: "latpair", title: fmt.Sprintf("the latency scenario with both systems at once (each consumes every message, %d msgs/s each)", o.rate), kind: latency, a: jb(32), b: naive(32), runs: o.runs, together: true},
 		{name: "latfloor", title: fmt.Sprintf("latency at %d msgs/s, both at once: the contract's required work alone on the naive bridge (envelope with json.Valid, confirmed ack)", o.rate), kind: latency, a: floor32, b: naive(32), runs: o.runs, together: true},
 		{name: "latoverhead", title: fmt.Sprintf("latency at %d msgs/s, both at once: jetbridge beyond that floor", o.rate), kind: latency, a: jb(32), b: floor32, runs: o.runs, together: true},
