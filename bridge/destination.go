@@ -13,6 +13,7 @@ import (
 
 	"github.com/failsafe-go/failsafe-go"
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
+	"github.com/failsafe-go/failsafe-go/policy"
 	"github.com/failsafe-go/failsafe-go/ratelimiter"
 	"github.com/failsafe-go/failsafe-go/retrypolicy"
 	"github.com/failsafe-go/failsafe-go/timeout"
@@ -449,7 +450,7 @@ func (a *attemptState) try(exec failsafe.Execution[*response]) (*response, error
 		return nil, a.ctx.Err()
 	}
 	a.tries++
-	r, err := d.send(exec.Context(), a.p)
+	r, err := d.send(exec, a.p)
 	if r != nil {
 		a.open = append(a.open, r)
 	}
@@ -477,17 +478,18 @@ func (d *destination) classify(res *response, err error) error {
 // send makes one try: with a rate limit, once the try has its permit and
 // within tryExec's per-try timeout (the wait is not part of the try);
 // without one, within the pipeline's own timeout.
-func (d *destination) send(ctx context.Context, p *payload) (*response, error) {
+func (d *destination) send(exec failsafe.Execution[*response], p *payload) (*response, error) {
 	if d.rate == nil {
-		return d.try(ctx, p)
+		return d.try(exec, p)
 	}
+	ctx := exec.Context()
 	start := time.Now()
 	if err := d.waitRate(ctx); err != nil {
 		return nil, err
 	}
 	d.m.rateLimited(d.name, time.Since(start))
 	return d.tryExec.WithContext(ctx).GetWithExecution(func(exec failsafe.Execution[*response]) (*response, error) {
-		return d.try(exec.Context(), p)
+		return d.try(exec, p)
 	})
 }
 
@@ -520,22 +522,20 @@ func (d *destination) backPressure(failure error, maxRetryAfter time.Duration) {
 }
 
 // try sends one HTTP request and returns once the response headers have
-// arrived, leaving the body open (see response). ctx, the per-try timeout,
-// bounds the request only until then: once a status is received, neither
-// the timeout nor a slow or large body can make the try a failure.
-func (d *destination) try(ctx context.Context, p *payload) (res *response, err error) {
+// arrived, leaving the body open (see response). The execution's context,
+// that of the per-try timeout, bounds the request only until then: once a
+// status is received, neither the timeout nor a slow or large body can
+// make the try a failure.
+func (d *destination) try(exec failsafe.Execution[*response], p *payload) (res *response, err error) {
+	ctx := exec.Context()
 	if d.trace != nil {
 		var span trace.Span
 		if ctx, span = d.trace.startTry(ctx); span != nil {
 			defer func() { d.trace.endTry(span, res, err) }()
 		}
 	}
-	reqCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	detach := context.AfterFunc(ctx, cancel) // the timeout or shutdown aborts the request until the headers are in
-	req, err := d.parts.request(reqCtx, d, p, time.Now())
+	req, err := d.parts.request(ctx, d, p, time.Now())
 	if err != nil {
-		detach()
-		cancel()
 		return nil, &TransportError{Destination: d.name, Kind: kindRequestUnbuildable}
 	}
 	if d.trace != nil {
@@ -547,9 +547,7 @@ func (d *destination) try(ctx context.Context, p *payload) (res *response, err e
 	}
 	resp, err := d.transport.RoundTrip(req)
 	took := time.Since(start)
-	detach()
 	if err != nil {
-		cancel()
 		d.m.observeTry(d.name, 0, took)
 		return nil, transportError(d.name, err)
 	}
@@ -559,8 +557,21 @@ func (d *destination) try(ctx context.Context, p *payload) (res *response, err e
 		retryAfter: d.parts.retryAfter(resp.Header, time.Now()),
 		body:       resp.Body,
 		length:     resp.ContentLength,
-		cancel:     cancel,
+		cancel:     d.parts.keepContext(exec),
 	}, nil
+}
+
+// keepContext keeps the try's context alive once the try has returned,
+// until the returned func is called: the timeout policy would otherwise
+// cancel it at once, and with it the response body still to be drained
+// (response.finish). The timeout firing before the try returns still
+// cancels it. failsafe-go's own HTTP client keeps its response bodies
+// readable the same way.
+func keepContext(exec failsafe.Execution[*response]) context.CancelFunc {
+	if ei, ok := exec.(policy.ExecutionInternal[*response]); ok {
+		return ei.DeferCancel()
+	}
+	return func() {}
 }
 
 // waitUsable blocks while the breaker refuses every request: until its

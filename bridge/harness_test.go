@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/failsafe-go/failsafe-go"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -329,6 +330,7 @@ type faults struct {
 	maxDeliverOffByOne      bool // one delivery more than max_deliver is allowed
 	noOverlap               bool // no pull is made while another is open
 	alwaysPullHeartbeat     bool // every pull asks for an idle heartbeat, a full one before it or not
+	bodyEndsWithTry         bool // a try's context (and its response body) ends when the try returns
 }
 
 // is5xx is the broken retry conditions' test: any 5xx response.
@@ -422,6 +424,11 @@ func (f faults) parts() parts {
 	}
 	if f.noProgress {
 		p.progress = func(*route, int, jetstream.Msg, *atomic.Pointer[lease]) stopper { return noStop{} }
+	}
+	if f.bodyEndsWithTry {
+		// Nothing kept: the timeout policy cancels the try's context as
+		// the try returns, before the body is drained.
+		p.keepContext = func(failsafe.Execution[*response]) context.CancelFunc { return func() {} }
 	}
 	return p
 }

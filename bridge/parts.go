@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/failsafe-go/failsafe-go"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -60,6 +61,10 @@ type parts struct {
 	// pullHeartbeat is the idle heartbeat a pull asks for, given whether
 	// the last pull that ended came back full; 0 for none (pull.go).
 	pullHeartbeat func(lastFull bool) time.Duration
+	// keepContext keeps a try's context, and so its response body, alive
+	// after the try has returned, until the returned func is called
+	// (destination.go).
+	keepContext func(exec failsafe.Execution[*response]) context.CancelFunc
 }
 
 // defaultParts are the parts of every production bridge.
@@ -84,6 +89,7 @@ func defaultParts() parts {
 		safetyNet:        (*Bridge).advisories,
 		overlap:          overlapSlots,
 		pullHeartbeat:    pullHeartbeat,
+		keepContext:      keepContext,
 	}
 }
 

@@ -2,11 +2,15 @@ package bridge
 
 import (
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // A destination whose response body is slow or endless: the status it sent
@@ -90,6 +94,54 @@ routes:
 	}
 }
 
+// A response body that arrives after its headers is read to its end after
+// the try has returned (the per-try timeout's context is kept until then),
+// so the connection serves the next request: five events sent one at a
+// time to a destination that answers 200 and sends its short body 5 ms
+// after the headers use one connection.
+func TestLateResponseBodyKeepsTheConnection(t *testing.T) {
+	check := func(t testing.TB, f faults) error {
+		var conns atomic.Int32
+		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			body := []byte(`{"ok":true}`)
+			w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+			w.WriteHeader(200)
+			w.(http.Flusher).Flush()
+			late := time.NewTimer(5 * time.Millisecond) // the destination's pace, not a wait of the test
+			defer late.Stop()
+			select {
+			case <-r.Context().Done():
+				return
+			case <-late.C:
+			}
+			_, _ = w.Write(body)
+		}))
+		srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+			if s == http.StateNew {
+				conns.Add(1)
+			}
+		}
+		srv.Start()
+		t.Cleanup(srv.Close)
+		h := startBridge(t, testConfig(t, inFlightRoute, srv.URL, 1), f)
+		for i := range 5 {
+			h.publish("events.info.x", fmt.Sprintf("e%d", i), []byte(`{}`), nil)
+		}
+		if out := h.waitOutcomes(5, settleWait, outcomeIs(OutcomeDelivered)); len(out) != 5 {
+			t.Fatalf("outcomes %+v, want five deliveries", h.outcomes())
+		}
+		if n := conns.Load(); n != 1 {
+			return fmt.Errorf("%d connections for five requests sent one at a time, want 1", n)
+		}
+		return nil
+	}
+	if err := check(t, faults{}); err != nil {
+		t.Fatal(err)
+	}
+	expectBroken(t, "the try's context ends as the try returns", func(t testing.TB) error { return check(t, faults{bodyEndsWithTry: true}) })
+}
+
 func statusWhenFailed(status int) int {
 	if status/100 == 2 {
 		return 0
@@ -97,4 +149,3 @@ func statusWhenFailed(status int) int {
 	return status
 }
 
-var _ = fmt.Sprintf
