@@ -148,4 +148,3 @@ func statusWhenFailed(status int) int {
 	}
 	return status
 }
-
