@@ -222,6 +222,9 @@ func newDestination(cfg *config.Destination, log zerolog.Logger, onState func(de
 			return true
 		})
 	}
+	// A retried try's response is finished before the retry's delay, so
+	// that draining its body never counts against the next try's timeout.
+	beforeRetry := func(e failsafe.ExecutionScheduledEvent[*response]) { p.beforeRetry(e.LastResult()) }
 	var policies []failsafe.Policy[*response]
 	if sr := cfg.StatusRetry; sr != nil && sr.Count > 0 {
 		maxWait := sr.MaxInterval.D()
@@ -242,6 +245,7 @@ func newDestination(cfg *config.Destination, log zerolog.Logger, onState func(de
 				}
 				return -1 // the backoff
 			}).
+			OnRetryScheduled(beforeRetry).
 			ReturnLastFailure()).
 			Build())
 	}
@@ -251,6 +255,7 @@ func newDestination(cfg *config.Destination, log zerolog.Logger, onState func(de
 			AbortOnErrors(circuitbreaker.ErrOpen, context.Canceled).
 			WithMaxRetries(tr.Count).
 			WithBackoffFactor(tr.Interval.D(), tr.MaxInterval.D(), tr.BackoffFactor).
+			OnRetryScheduled(beforeRetry).
 			ReturnLastFailure()).
 			Build())
 	}
@@ -426,9 +431,10 @@ type attemptState struct {
 	p           *payload
 	tries       int
 	probeFailed bool
-	// The responses whose bodies are still open: finished (drained or
-	// closed) outside the per-try timeout, a try's earlier ones before the
-	// next try, the last one after the pipeline returns.
+	// The responses whose bodies may still be open: finished (drained or
+	// closed) outside the per-try timeout, a retried one when its retry is
+	// scheduled (beforeRetry), the last one after the pipeline returns.
+	// The next try finishes any left as it starts (finish is idempotent).
 	open []*response
 	buf  [2]*response
 }
@@ -523,9 +529,10 @@ func (d *destination) backPressure(failure error, maxRetryAfter time.Duration) {
 
 // try sends one HTTP request and returns once the response headers have
 // arrived, leaving the body open (see response). The execution's context,
-// that of the per-try timeout, bounds the request only until then: once a
-// status is received, neither the timeout nor a slow or large body can
-// make the try a failure.
+// that of the per-try timeout, bounds the request only until then: once
+// the try has returned a status, neither the timeout nor a slow or large
+// body can make the try a failure (the timeout firing between the
+// headers and the return still wins, as it would a moment earlier).
 func (d *destination) try(exec failsafe.Execution[*response], p *payload) (res *response, err error) {
 	ctx := exec.Context()
 	if d.trace != nil {
@@ -567,9 +574,17 @@ func (d *destination) try(exec failsafe.Execution[*response], p *payload) (res *
 // (response.finish). The timeout firing before the try returns still
 // cancels it. failsafe-go's own HTTP client keeps its response bodies
 // readable the same way.
+//
+// The returned func may be called more than once and from two goroutines
+// (finish's drain timer and finish itself); only the first call releases,
+// and a concurrent one waits for it. This matters: failsafe-go's
+// deferral is one flag shared by every try of an attempt, so a second
+// call made after the next try has deferred its own cancellation (a late
+// drain timer) would clear that try's deferral instead, and its context
+// would stay registered in the bridge's work context for good.
 func keepContext(exec failsafe.Execution[*response]) context.CancelFunc {
 	if ei, ok := exec.(policy.ExecutionInternal[*response]); ok {
-		return ei.DeferCancel()
+		return sync.OnceFunc(ei.DeferCancel())
 	}
 	return func() {}
 }

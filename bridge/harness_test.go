@@ -331,6 +331,7 @@ type faults struct {
 	noOverlap               bool // no pull is made while another is open
 	alwaysPullHeartbeat     bool // every pull asks for an idle heartbeat, a full one before it or not
 	bodyEndsWithTry         bool // a try's context (and its response body) ends when the try returns
+	drainInNextTry          bool // a retried response is drained by the next try, inside its timeout
 }
 
 // is5xx is the broken retry conditions' test: any 5xx response.
@@ -424,6 +425,9 @@ func (f faults) parts() parts {
 	}
 	if f.noProgress {
 		p.progress = func(*route, int, jetstream.Msg, *atomic.Pointer[lease]) stopper { return noStop{} }
+	}
+	if f.drainInNextTry {
+		p.beforeRetry = func(*response) {} // attemptState.try finishes it as the next try starts
 	}
 	if f.bodyEndsWithTry {
 		// Nothing kept: the timeout policy cancels the try's context as

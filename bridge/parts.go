@@ -65,6 +65,10 @@ type parts struct {
 	// after the try has returned, until the returned func is called
 	// (destination.go).
 	keepContext func(exec failsafe.Execution[*response]) context.CancelFunc
+	// beforeRetry finishes a try's response (drains and closes its body)
+	// when a retry policy schedules the next try: outside that try's
+	// timeout (destination.go).
+	beforeRetry func(r *response)
 }
 
 // defaultParts are the parts of every production bridge.
@@ -90,6 +94,11 @@ func defaultParts() parts {
 		overlap:          overlapSlots,
 		pullHeartbeat:    pullHeartbeat,
 		keepContext:      keepContext,
+		beforeRetry: func(r *response) {
+			if r != nil {
+				r.finish()
+			}
+		},
 	}
 }
 

@@ -1,6 +1,8 @@
 package bridge
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -11,6 +13,11 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/failsafe-go/failsafe-go"
+	"github.com/failsafe-go/failsafe-go/policy"
+	"github.com/failsafe-go/failsafe-go/retrypolicy"
+	"github.com/failsafe-go/failsafe-go/timeout"
 )
 
 // A destination whose response body is slow or endless: the status it sent
@@ -147,4 +154,109 @@ func statusWhenFailed(status int) int {
 		return 0
 	}
 	return status
+}
+
+// A try's kept context ends when its response is released, and only then,
+// however often and late a release comes: finish's drain timer may call
+// it a second time, behind the next try (README "Performance"). The
+// check runs failsafe-go's own retry and timeout policies: a 503 is
+// retried, the second try answers 200, and the first response is
+// released once more both during the second try and after the attempt.
+func TestKeptContextEndsOnceReleased(t *testing.T) {
+	check := func(keep func(failsafe.Execution[*response]) context.CancelFunc) error {
+		var ctxs []context.Context
+		var releases []context.CancelFunc
+		retry := retrypolicy.NewBuilder[*response]().
+			HandleIf(func(r *response, _ error) bool { return r != nil && r.status == 503 }).
+			WithMaxRetries(1).
+			Build()
+		_, err := failsafe.With[*response](retry, timeout.New[*response](time.Minute)).
+			WithContext(context.Background()).
+			GetWithExecution(func(exec failsafe.Execution[*response]) (*response, error) {
+				if n := len(releases); n > 0 {
+					releases[n-1]() // the next try finishes the last response first (attemptState.try)
+				}
+				ctxs = append(ctxs, exec.Context())
+				releases = append(releases, keep(exec))
+				if len(ctxs) == 1 {
+					return &response{status: 503}, nil
+				}
+				releases[0]() // a late drain timer of the first response
+				return &response{status: 200}, nil
+			})
+		if err != nil || len(ctxs) != 2 {
+			t.Fatalf("pipeline: %v after %d tries, want 2 tries", err, len(ctxs))
+		}
+		if ctxs[0].Err() == nil {
+			return errors.New("the first try's context is live after its release")
+		}
+		if ctxs[1].Err() != nil {
+			return errors.New("the second try's context ended before its response was released")
+		}
+		releases[0]() // later still
+		releases[1]()
+		if ctxs[1].Err() == nil {
+			return errors.New("the second try's context is live after its release: it stays registered in its parent for good")
+		}
+		return nil
+	}
+	if err := check(keepContext); err != nil {
+		t.Fatal(err)
+	}
+	expectBroken(t, "a release that is not once-only (failsafe-go's DeferCancel func as is)", func(testing.TB) error {
+		return check(func(exec failsafe.Execution[*response]) context.CancelFunc {
+			return exec.(policy.ExecutionInternal[*response]).DeferCancel()
+		})
+	})
+}
+
+// A retried response's body is drained before the retry's delay, never in
+// the next try's timeout: a 503 whose body never comes (the drain gives
+// up after drainTimeout, 100 ms) followed by a 200, with a per-try timeout
+// shorter than that drain, is delivered by its second try, with two
+// requests; drained inside the second try, it would time that try out
+// before it sent anything (three tries).
+func TestRetriedResponseIsDrainedOutsideTheNextTry(t *testing.T) {
+	check := func(t testing.TB, f faults) error {
+		var requests atomic.Int32
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if requests.Add(1) > 1 {
+				w.WriteHeader(200)
+				return
+			}
+			w.Header().Set("Content-Length", "10")
+			w.WriteHeader(503)
+			w.(http.Flusher).Flush()
+			<-r.Context().Done() // the body never comes
+		}))
+		t.Cleanup(srv.Close)
+		cfg := testConfig(t, `
+destinations:
+  d:
+    url: %s
+    timeout: 90ms
+    status_retry: {codes: [503], count: 1, interval: 5ms, max_interval: 5ms}
+    transport_retry: {count: 2, interval: 5ms, max_interval: 5ms}
+    circuit_breaker: {enabled: false}
+routes:
+  - {name: r, subjects: ["events.>"], destination: d, max_deliver: 2, backoff: [10s]}
+`, srv.URL)
+		h := startBridge(t, cfg, f)
+		h.publish("events.info.x", "e1", []byte(`{"n":1}`), nil)
+		out := h.waitOutcomes(1, settleWait, nil)
+		if len(out) != 1 || out[0].Outcome != OutcomeDelivered {
+			t.Fatalf("settlements %+v, want one delivery", h.outcomes())
+		}
+		if n := requests.Load(); n != 2 {
+			t.Fatalf("destination received %d requests, want 2", n)
+		}
+		if out[0].Tries != 2 {
+			return fmt.Errorf("delivered after %d tries for 2 requests, want 2 tries", out[0].Tries)
+		}
+		return nil
+	}
+	if err := check(t, faults{}); err != nil {
+		t.Fatal(err)
+	}
+	expectBroken(t, "the next try drains the retried response", func(t testing.TB) error { return check(t, faults{drainInNextTry: true}) })
 }
