@@ -332,6 +332,7 @@ type faults struct {
 	alwaysPullHeartbeat     bool // every pull asks for an idle heartbeat, a full one before it or not
 	bodyEndsWithTry         bool // a try's context (and its response body) ends when the try returns
 	drainInNextTry          bool // a retried response is drained by the next try, inside its timeout
+	keptForever             bool // a try's context is kept for its body and never released
 }
 
 // is5xx is the broken retry conditions' test: any 5xx response.
@@ -425,6 +426,12 @@ func (f faults) parts() parts {
 	}
 	if f.noProgress {
 		p.progress = func(*route, int, jetstream.Msg, *atomic.Pointer[lease]) stopper { return noStop{} }
+	}
+	if f.keptForever {
+		p.keepContext = func(exec failsafe.Execution[*response]) context.CancelFunc {
+			keepContext(exec) // deferred, and the release thrown away
+			return func() {}
+		}
 	}
 	if f.drainInNextTry {
 		p.beforeRetry = func(*response) {} // attemptState.try finishes it as the next try starts

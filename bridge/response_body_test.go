@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +19,8 @@ import (
 	"github.com/failsafe-go/failsafe-go/policy"
 	"github.com/failsafe-go/failsafe-go/retrypolicy"
 	"github.com/failsafe-go/failsafe-go/timeout"
+
+	"github.com/sotercare/jetbridge/internal/natstest"
 )
 
 // A destination whose response body is slow or endless: the status it sent
@@ -259,4 +262,80 @@ routes:
 		t.Fatal(err)
 	}
 	expectBroken(t, "the next try drains the retried response", func(t testing.TB) error { return check(t, faults{drainInNextTry: true}) })
+}
+
+// Every try's context ends once its message is settled, whatever the try
+// got: a 503 with a body (retried in process), then a 200 with a body, on
+// a destination with and without a rate limit (whose per-try timeout runs
+// in an executor of its own). A context kept for a body and never
+// released would stay registered in the bridge's work context for good.
+func TestEveryTryContextEnds(t *testing.T) {
+	check := func(t testing.TB, flow string, f faults) error {
+		var requests atomic.Int32
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			status := 503
+			if requests.Add(1) > 1 {
+				status = 200
+			}
+			w.Header().Set("Content-Length", "11")
+			w.WriteHeader(status)
+			_, _ = w.Write([]byte(`{"ok":true}`))
+		}))
+		t.Cleanup(srv.Close)
+		cfg := testConfig(t, `
+destinations:
+  d:
+    url: %s
+    status_retry: {codes: [503], count: 1, interval: 5ms, max_interval: 5ms}
+    circuit_breaker: {enabled: false}
+    %s
+routes:
+  - {name: r, subjects: ["events.>"], destination: d, max_deliver: 2, backoff: [10s]}
+`, srv.URL, flow)
+		var mu sync.Mutex
+		var ctxs []context.Context
+		h := startHarness(t, natstest.Start(t), cfg, f, func(b *Bridge) {
+			build := b.parts.request
+			b.parts.request = func(ctx context.Context, d *destination, p *payload, now time.Time) (*http.Request, error) {
+				mu.Lock()
+				ctxs = append(ctxs, ctx)
+				mu.Unlock()
+				return build(ctx, d, p, now)
+			}
+		})
+		h.publish("events.info.x", "e1", []byte(`{"n":1}`), nil)
+		out := h.waitOutcomes(1, settleWait, nil)
+		if len(out) != 1 || out[0].Outcome != OutcomeDelivered || out[0].Tries != 2 {
+			t.Fatalf("settlements %+v, want one delivery after 2 tries", h.outcomes())
+		}
+		live := func() (n int) {
+			mu.Lock()
+			defer mu.Unlock()
+			if len(ctxs) != 2 {
+				t.Fatalf("%d tries built a request, want 2", len(ctxs))
+			}
+			for _, c := range ctxs {
+				if c.Err() == nil {
+					n++
+				}
+			}
+			return n
+		}
+		var n int
+		if !waitUntil(2*time.Second, func() bool { n = live(); return n == 0 }) {
+			return fmt.Errorf("%d of the 2 tries' contexts still live after the delivery was settled", n)
+		}
+		return nil
+	}
+	for _, tc := range []struct{ name, flow string }{
+		{"no rate limit", ""},
+		{"rate limit", "rate_limit: {requests: 1000, per: 1s, burst: 10}"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := check(t, tc.flow, faults{}); err != nil {
+				t.Fatal(err)
+			}
+			expectBroken(t, "a kept context never released", func(t testing.TB) error { return check(t, tc.flow, faults{keptForever: true}) })
+		})
+	}
 }
