@@ -50,9 +50,10 @@ type response struct {
 
 // finish drains the body, when it is not known to be longer than
 // maxResponseDrain, up to that size and within drainTimeout (so that the
-// connection can be reused), and closes it.
+// connection can be reused), and closes it. A nil response, or one
+// already finished, has nothing to finish.
 func (r *response) finish() {
-	if r.body == nil {
+	if r == nil || r.body == nil {
 		return
 	}
 	if r.length != 0 && r.length <= maxResponseDrain {
@@ -583,10 +584,7 @@ func (d *destination) try(exec failsafe.Execution[*response], p *payload) (res *
 // drain timer) would clear that try's deferral instead, and its context
 // would stay registered in the bridge's work context for good.
 func keepContext(exec failsafe.Execution[*response]) context.CancelFunc {
-	if ei, ok := exec.(policy.ExecutionInternal[*response]); ok {
-		return sync.OnceFunc(ei.DeferCancel())
-	}
-	return func() {}
+	return sync.OnceFunc(exec.(policy.ExecutionInternal[*response]).DeferCancel())
 }
 
 // waitUsable blocks while the breaker refuses every request: until its

@@ -94,11 +94,7 @@ func defaultParts() parts {
 		overlap:          overlapSlots,
 		pullHeartbeat:    pullHeartbeat,
 		keepContext:      keepContext,
-		beforeRetry: func(r *response) {
-			if r != nil {
-				r.finish()
-			}
-		},
+		beforeRetry:      (*response).finish,
 	}
 }
 

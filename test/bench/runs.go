@@ -90,12 +90,13 @@ func (e *env) withServer(ctx context.Context, dir string, f func(natsURL string,
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
+	store := filepath.Join(dir, "store")
 	if e.keep {
-		defer os.RemoveAll(filepath.Join(dir, "store"))
+		defer os.RemoveAll(store)
 	} else {
 		defer os.RemoveAll(dir)
 	}
-	nd, natsURL, err := startChild(ctx, dir, "natsd", e.self, []string{"_natsd", "-store", filepath.Join(dir, "store")}, nil)
+	nd, natsURL, err := startChild(ctx, dir, "natsd", e.self, []string{"_natsd", "-store", store}, nil)
 	if err != nil {
 		return err
 	}
