@@ -1,0 +1,149 @@
+package config
+
+import (
+	"maps"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// The values of the security review: each must come through as exactly the
+// scalar's text, and appear in no error.
+
+// natsPassword is a configuration whose nats.password is ${PW}.
+const natsPassword = `nats:
+  url: nats://127.0.0.1:4222
+  user: bridge
+  password: ${PW}
+` + minimal
+
+// injectionLoad loads yml with env through load (loadWith, or the old
+// splice in the negative controls).
+type injectionLoad func(data []byte, source string, lookup func(string) (string, bool)) (*Config, error)
+
+// passwordOf loads natsPassword with PW=pw and returns the password, or
+// the error text.
+func passwordOf(t *testing.T, load injectionLoad, pw string) (string, string) {
+	t.Helper()
+	c, err := load([]byte(natsPassword), "test.yaml", lookupIn(map[string]string{"PW": pw}))
+	if err != nil {
+		return "", err.Error()
+	}
+	return c.NATS.Password.Value(), ""
+}
+
+func TestEnvAnchorIsData(t *testing.T) {
+	const pw = "*hunter2SECRET"
+	if got, errText := passwordOf(t, loadWith, pw); got != pw || errText != "" {
+		t.Fatalf("password %q, error %q; want %q and no error", got, errText, pw)
+	}
+	// In a key that wants an integer, the error names the variable only.
+	_, err := loadWith([]byte(minimal+"    max_in_flight: ${PW}\n"), "test.yaml", lookupIn(map[string]string{"PW": pw}))
+	const want = "test.yaml:8: routes[0].max_in_flight: the value of ${PW} is not an integer"
+	if err == nil || err.Error() != want {
+		t.Fatalf("got %v\nwant %s", err, want)
+	}
+
+	// Negative control: spliced into the text, the value was an alias, and
+	// the parser's error printed it.
+	if _, errText := passwordOf(t, loadSpliced, pw); !strings.Contains(errText, "hunter2SECRET") {
+		t.Fatalf("the old splice did not leak the anchor name: %q", errText)
+	}
+}
+
+func TestEnvTagIsData(t *testing.T) {
+	const pw = "!!int x"
+	if got, errText := passwordOf(t, loadWith, pw); got != pw || errText != "" {
+		t.Fatalf("password %q, error %q; want %q and no error", got, errText, pw)
+	}
+	_, err := loadWith([]byte(minimal+"    max_deliver: ${PW}\n"), "test.yaml", lookupIn(map[string]string{"PW": pw}))
+	const want = "test.yaml:8: routes[0].max_deliver: the value of ${PW} is not an integer"
+	if err == nil || err.Error() != want {
+		t.Fatalf("got %v\nwant %s", err, want)
+	}
+
+	// Negative control: spliced, the tag was YAML and the password no
+	// longer the value.
+	if got, _ := passwordOf(t, loadSpliced, pw); got == pw {
+		t.Fatal("the old splice kept the tag as text")
+	}
+}
+
+func TestEnvCommentIsData(t *testing.T) {
+	const pw = "x #y"
+	if got, errText := passwordOf(t, loadWith, pw); got != pw || errText != "" {
+		t.Fatalf("password %q, error %q; want %q and no error", got, errText, pw)
+	}
+	// Negative control: spliced, the rest was a comment.
+	if got, errText := passwordOf(t, loadSpliced, pw); got != "x" {
+		t.Fatalf("the old splice gave %q (%s), want the cut value x", got, errText)
+	}
+}
+
+// injectionHeaders is a destination whose one header comes from ${KEY}.
+const injectionHeaders = `destinations:
+  hook:
+    url: http://127.0.0.1:9091/hook
+    headers: {X-Api-Key: "${KEY}"}
+routes:
+  - name: r
+    subjects: ["events.>"]
+    destination: hook
+`
+
+// injectedKey breaks out of the quotes it is written in.
+const injectedKey = `abc", X-Injected: "yes", Authorization: "Bearer from-env`
+
+// headerCheck returns what is wrong with the headers of the hook
+// destination: any header but X-Api-Key, or a value other than want.
+func headerCheck(h map[string]Secret, want string) string {
+	if names := slices.Sorted(maps.Keys(h)); !reflect.DeepEqual(names, []string{"X-Api-Key"}) {
+		return "headers " + strings.Join(names, ", ") + ", want X-Api-Key only"
+	}
+	if h["X-Api-Key"].Value() != want {
+		return "X-Api-Key is not the whole value"
+	}
+	return ""
+}
+
+func TestEnvHeaderInjection(t *testing.T) {
+	env := lookupIn(map[string]string{"KEY": injectedKey})
+	c, err := loadWith([]byte(injectionHeaders), "test.yaml", env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if why := headerCheck(c.Destinations["hook"].Headers, injectedKey); why != "" {
+		t.Fatal(why)
+	}
+
+	// Negative control: the same check catches the old splice, which
+	// delivered two injected headers.
+	c, err = loadSpliced([]byte(injectionHeaders), "test.yaml", env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = "headers Authorization, X-Api-Key, X-Injected, want X-Api-Key only"
+	if why := headerCheck(c.Destinations["hook"].Headers, injectedKey); why != want {
+		t.Fatalf("check of the spliced file: %q, want %q", why, want)
+	}
+}
+
+// A value that breaks the YAML structure in every way at once stays one
+// scalar, whatever the key's type.
+func TestEnvValueNeverChangesStructure(t *testing.T) {
+	const evil = "x\n  extra: 1\n- item\n&a *b !!map {k: v} [1] # c"
+	env := lookupIn(map[string]string{"V": evil})
+	c, err := loadWith([]byte(injectionHeaders), "test.yaml", lookupIn(map[string]string{"KEY": evil}))
+	if err == nil || err.Error() != "test.yaml:4: destinations.hook.headers.X-Api-Key: the value contains a line break or NUL" {
+		t.Fatalf("got %v, %v", c, err)
+	}
+	c, err = loadWith([]byte(natsPassword), "test.yaml", lookupIn(map[string]string{"PW": evil}))
+	if err != nil || c.NATS.Password.Value() != evil {
+		t.Fatalf("password: %v", err)
+	}
+	_, err = loadWith([]byte("stream:\n  subjects: ${V}\n"+minimal), "test.yaml", env)
+	if err == nil || err.Error() != "test.yaml:2: stream.subjects: the value of ${V} is not a list" {
+		t.Fatalf("got %v", err)
+	}
+}
