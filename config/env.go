@@ -100,7 +100,7 @@ func closingBrace(s string, from int) int {
 func (x *expander) resolve(expr string, files bool) (string, string) {
 	if path, ok := strings.CutPrefix(expr, "file:"); ok {
 		if !files {
-			return "", "${file:...} inside the path of ${file:...} is not supported"
+			return "", "a ${file:...} is not supported"
 		}
 		return x.file(path)
 	}
