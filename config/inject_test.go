@@ -147,3 +147,102 @@ func TestEnvValueNeverChangesStructure(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// A plain scalar that holds references is read as YAML reads a plain
+// scalar's text; a quoted one stays a string; only an empty value is null.
+func TestResolvedScalarTypes(t *testing.T) {
+	env := lookupIn(map[string]string{"N": "9", "T": "45s", "B": "true", "F": "1.5", "NULL": "null", "EMPTY": ""})
+	c, err := loadWith([]byte(`nats:
+  url: nats://127.0.0.1:4222
+  user: ${NULL}
+  password: ${NULL}
+  token: ""
+log:
+  level: ${EMPTY}
+`+strings.Replace(minimal, "    url:", "    transport_retry: {backoff_factor: \"${F}\"}\n    url:", 1)+`    max_deliver: ${N}
+    ack_wait: ${T}
+    idempotency: ${B}
+    max_in_flight: ${N}${N}
+    backoff: ["${T}", !!str "${T}"]
+`), "test.yaml", env)
+	if err == nil || err.Error() != "test.yaml:10: destinations.hook.transport_retry.backoff_factor: the value of ${F} is not a number" {
+		t.Fatalf("a quoted reference is a string: got %v", err)
+	}
+	c, err = loadWith([]byte(strings.Replace(minimal, "    url:", "    transport_retry: {backoff_factor: 1.5}\n    url:", 1)+`    max_deliver: ${N}
+    ack_wait: ${T}
+    idempotency: ${B}
+    max_in_flight: ${N}${N}
+    backoff: ["${T}", !!str "${T}"]
+nats:
+  url: nats://127.0.0.1:4222
+  user: ${NULL}
+  password: ${NULL}
+log:
+  level: ${EMPTY}
+`), "test.yaml", env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := c.Routes[0]
+	if r.MaxDeliver != 9 || r.AckWait.D().String() != "45s" || !r.Idempotency || r.MaxInFlight != 99 || len(r.Backoff) != 2 || r.Backoff[1].D().String() != "45s" {
+		t.Errorf("route %+v", r)
+	}
+	if c.NATS.User != "null" || c.NATS.Password.Value() != "null" {
+		t.Errorf("user %q, password %q: want the text null", c.NATS.User, c.NATS.Password.Value())
+	}
+	if c.Log.Level != "info" {
+		t.Errorf("log.level %q: an empty value is null, as `level:` is, and keeps the default", c.Log.Level)
+	}
+}
+
+// Keys are never resolved, comments need no variable, $${ is a literal ${,
+// and every value stays in its place when the document uses anchors.
+func TestResolvingLeavesTheRestAlone(t *testing.T) {
+	env := lookupIn(map[string]string{"H": "X-Injected", "V": "v"})
+	_, err := loadWith([]byte(strings.Replace(minimal, "    url:", "    headers: {\"${H}\": v}\n    url:", 1)), "test.yaml", env)
+	if err == nil || err.Error() != `test.yaml:3: destinations.hook.headers.${H}: "${H}" is not a valid header name` {
+		t.Fatalf("a key was resolved: %v", err)
+	}
+	c, err := loadWith([]byte("# ${UNSET_IN_COMMENT}\n"+strings.Replace(minimal, "    url:", "    headers: # ${UNSET_TOO}\n      X-A: &a \"$${V} ${V}\" # ${UNSET_THREE}\n      X-B: *a\n    url:", 1)), "test.yaml", env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := c.Destinations["hook"].Headers
+	if h["X-A"].Value() != "${V} v" || h["X-B"].Value() != "${V} v" || len(h) != 2 {
+		t.Fatalf("headers %q %q", h["X-A"].Value(), h["X-B"].Value())
+	}
+}
+
+// The decoder decodes the tree that was resolved: this fails if yaml.v3
+// stops handing an Unmarshaler its own node (see rootNode), and unknown
+// keys stay errors beside references.
+func TestReferencesAreResolvedBeforeDecoding(t *testing.T) {
+	c := mustLoad(t, minimal+"    max_deliver: ${N}\n", map[string]string{"N": "7"})
+	if c.Routes[0].MaxDeliver != 7 {
+		t.Fatalf("max_deliver = %d, want 7", c.Routes[0].MaxDeliver)
+	}
+	got := loadErr(t, minimal+"    max_deliver: ${N}\n    extra: ${N}\n", map[string]string{"N": "7"})
+	if want := `test.yaml:9: routes[0].extra: unknown key "extra"`; got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+}
+
+// Validate on a loaded Config still names references: the origins travel
+// with the Config.
+func TestValidateAfterLoadNamesReferences(t *testing.T) {
+	c := mustLoad(t, minimal+"    max_deliver: ${N}\n", map[string]string{"N": "7"})
+	c.Routes[0].MaxDeliver = -7
+	if err := c.Validate(); err == nil || err.Error() != "routes[0].max_deliver: must be at least 1, got the value of ${N}" {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// In a flow collection an unquoted reference is a syntax error; the
+// message says to quote it.
+func TestUnquotedReferenceInFlow(t *testing.T) {
+	got := loadErr(t, strings.Replace(injectionHeaders, `"${KEY}"`, "${KEY}", 1), map[string]string{"KEY": "k"})
+	want := `test.yaml:4: a { mapping is not closed (did not find the expected ',' or '}'); inside [ ] or { }, quote a reference: "${VAR}"`
+	if got != want {
+		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+}
