@@ -126,7 +126,7 @@ func Load(data []byte, source string) (*Config, error) {
 func loadWith(data []byte, source string, lookup func(string) (string, bool)) (*Config, error) {
 	doc := &document{
 		cfg: defaultConfig(),
-		idx: newIndex(nil, source, &expander{lookup: lookup, dir: filepath.Dir(source)}),
+		idx: newIndex(source, &expander{lookup: lookup, dir: filepath.Dir(source)}),
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
@@ -378,6 +378,8 @@ type index struct {
 	// recorded one (an alias or a merge of resolved values) counts too.
 	from     map[string]string
 	nodes    map[*yaml.Node]string // the same, by resolved scalar node
+	refs     map[*yaml.Node]string // the references of a resolved scalar node
+	under    map[*yaml.Node]string // memo of firstRef
 	x        *expander
 	source   string
 	problems []*FieldError // references that could not be resolved
@@ -391,18 +393,14 @@ type position struct {
 	from  string    // where a resolved value came from; "" for literal text
 }
 
-// newIndex indexes root (nil: an empty index). With an expander, the walk
-// resolves references; without, it only indexes.
-func newIndex(root *yaml.Node, source string, x *expander) *index {
-	idx := &index{
+// newIndex returns an empty index whose walk resolves references with x.
+func newIndex(source string, x *expander) *index {
+	return &index{
 		lines: map[string]int{}, byLine: map[int][]position{},
 		from: map[string]string{}, nodes: map[*yaml.Node]string{},
+		refs: map[*yaml.Node]string{}, under: map[*yaml.Node]string{},
 		x: x, source: source,
 	}
-	if root != nil {
-		idx.walk(root, "")
-	}
-	return idx
 }
 
 func (idx *index) add(path string, line int, key string, v *yaml.Node) {
@@ -435,7 +433,7 @@ func (idx *index) walk(n *yaml.Node, path string) {
 				if v.Kind != yaml.AliasNode {
 					idx.walk(v, path)
 				}
-				idx.taint(path, idx.refsUnder(v, map[*yaml.Node]bool{}))
+				idx.taint(path, idx.aliasFrom(v))
 				continue
 			}
 			p := k.Value
@@ -461,9 +459,9 @@ func (idx *index) walk(n *yaml.Node, path string) {
 func (idx *index) resolveNode(v *yaml.Node, path string) {
 	switch {
 	case v.Kind == yaml.AliasNode:
-		idx.taint(path, idx.refsUnder(v, map[*yaml.Node]bool{}))
+		idx.taint(path, idx.aliasFrom(v))
 		return
-	case v.Kind != yaml.ScalarNode || idx.x == nil || !strings.Contains(v.Value, "${"):
+	case v.Kind != yaml.ScalarNode || !strings.Contains(v.Value, "${"):
 		return
 	}
 	val, refs, problems := idx.x.scalar(v.Value)
@@ -480,6 +478,7 @@ func (idx *index) resolveNode(v *yaml.Node, path string) {
 		desc = "a value built from " + joinAnd(refs)
 	}
 	idx.nodes[v] = desc
+	idx.refs[v] = joinAnd(refs)
 	idx.from[path] = desc
 	if v.Style == 0 {
 		// A plain scalar without a tag: the value is read as YAML reads a
@@ -495,25 +494,45 @@ func (idx *index) resolveNode(v *yaml.Node, path string) {
 	}
 }
 
-// refsUnder describes the resolved values in the tree of n (following
-// aliases), "" when there are none.
-func (idx *index) refsUnder(n *yaml.Node, seen map[*yaml.Node]bool) string {
-	if n == nil || seen[n] {
-		return ""
+// aliasFrom describes the resolved values that v, an alias or the value
+// of a merge key, brings in; "" when there are none.
+func (idx *index) aliasFrom(v *yaml.Node) string {
+	t := v
+	if t.Kind == yaml.AliasNode {
+		t = t.Alias
 	}
-	seen[n] = true
-	if n.Kind == yaml.AliasNode {
-		return idx.refsUnder(n.Alias, seen)
-	}
-	if d, ok := idx.nodes[n]; ok {
+	if d, ok := idx.nodes[t]; ok {
 		return d
 	}
-	for _, c := range n.Content {
-		if d := idx.refsUnder(c, seen); d != "" {
-			return "a value from an alias or merge that holds " + strings.TrimPrefix(strings.TrimPrefix(d, "the value of "), "a value built from ")
-		}
+	if ref := idx.firstRef(t); ref != "" {
+		return "a value from an alias or merge that holds " + ref
 	}
 	return ""
+}
+
+// firstRef is the references of the first resolved scalar in the tree of
+// n, following aliases; "" when there is none. Memoized, so that a file
+// of many aliases costs one visit per node.
+func (idx *index) firstRef(n *yaml.Node) string {
+	if n == nil {
+		return ""
+	}
+	if ref, ok := idx.under[n]; ok {
+		return ref
+	}
+	idx.under[n] = "" // also stops a cycle
+	ref := idx.refs[n]
+	if n.Kind == yaml.AliasNode {
+		ref = idx.firstRef(n.Alias)
+	}
+	for _, c := range n.Content {
+		if ref != "" {
+			break
+		}
+		ref = idx.firstRef(c)
+	}
+	idx.under[n] = ref
+	return ref
 }
 
 func (idx *index) taint(path, desc string) {
