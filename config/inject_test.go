@@ -246,3 +246,21 @@ func TestUnquotedReferenceInFlow(t *testing.T) {
 		t.Fatalf("got  %s\nwant %s", got, want)
 	}
 }
+
+// An explicit tag other than !!str on a value with a reference is refused:
+// yaml.v3 would quote the value when it does not fit the tag.
+func TestTaggedReference(t *testing.T) {
+	env := map[string]string{"N": canary, "S": "5"}
+	got := loadErr(t, minimal+"    max_deliver: !!int ${N}\n", env)
+	if want := "test.yaml:8: routes[0].max_deliver: the tag !!int on a value with a ${...} reference is not supported (only !!str is): remove it"; got != want {
+		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+	c := mustLoad(t, strings.Replace(natsPassword, "${PW}", "!!str ${S}", 1), env)
+	if c.NATS.Password.Value() != "5" {
+		t.Fatalf("password %q", c.NATS.Password.Value())
+	}
+	got = loadErr(t, minimal+"    max_deliver: !!str ${S}\n", env)
+	if want := "test.yaml:8: routes[0].max_deliver: the value of ${S} is not an integer"; got != want {
+		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+}

@@ -201,6 +201,8 @@ var (
 	dupRe     = regexp.MustCompile(`^mapping key "(.*)" already defined at line \d+$`)
 	typeRe    = regexp.MustCompile("(?s)^cannot unmarshal !!(\\w+)(?: `(.*)`)? into (\\S+)$")
 	quotedRe  = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
+	// backquotedRe is a value as yaml.v3 quotes it in some of its errors.
+	backquotedRe = regexp.MustCompile("`[^`]*`")
 )
 
 // syntaxError turns a yaml.v3 syntax error into a FieldError, with the
@@ -270,7 +272,11 @@ func tabIndented(data []byte, line int) int {
 func (idx *index) decodeErrors(err error, source string, data []byte) []*FieldError {
 	var te *yaml.TypeError
 	if !errors.As(err, &te) {
-		return []*FieldError{syntaxError(err, source, data)}
+		fe := syntaxError(err, source, data)
+		if len(idx.nodes) > 0 { // yaml.v3 may quote a value in `...`
+			fe.Msg = backquotedRe.ReplaceAllString(fe.Msg, "a value")
+		}
+		return []*FieldError{fe}
 	}
 	out := make([]*FieldError, 0, len(te.Errors))
 	for _, s := range te.Errors {
@@ -480,6 +486,13 @@ func (idx *index) resolveNode(v *yaml.Node, path string) {
 	idx.nodes[v] = desc
 	idx.refs[v] = joinAnd(refs)
 	idx.from[path] = desc
+	if v.Style&yaml.TaggedStyle != 0 && v.Tag != "!" && v.ShortTag() != "!!str" {
+		// yaml.v3 would quote the value in its error if it did not fit the
+		// tag; a plain reference already gets the type the key wants.
+		idx.problems = append(idx.problems, &FieldError{File: idx.source, Line: v.Line, Path: path,
+			Msg: fmt.Sprintf("the tag %s on a value with a ${...} reference is not supported (only !!str is): remove it", v.ShortTag())})
+		return
+	}
 	if v.Style == 0 {
 		// A plain scalar without a tag: the value is read as YAML reads a
 		// plain scalar's text (5 an integer, true a boolean), never as
