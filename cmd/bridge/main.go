@@ -26,6 +26,10 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	// Mozilla's root certificates, used only where the system has none (the
+	// FROM scratch container image): HTTPS destinations and NATS TLS verify
+	// there too. A system bundle, where present, always wins.
+	_ "golang.org/x/crypto/x509roots/fallback"
 
 	"github.com/sotercare/jetbridge/config"
 	"github.com/sotercare/jetbridge/internal/cli"
@@ -76,7 +80,7 @@ func newRootCmd() *cobra.Command {
 		return cmdRun(o, c.OutOrStdout(), c.ErrOrStderr())
 	}
 	o.register(root.Flags())
-	root.AddCommand(newRunCmd(), newCheckCmd(), newReceiveCmd(), newDLQCmd(), newDemoCmd(), newVersionCmd())
+	root.AddCommand(newRunCmd(), newCheckCmd(), newReceiveCmd(), newDLQCmd(), newDemoCmd(), newHealthcheckCmd(), newVersionCmd())
 	return root
 }
 
