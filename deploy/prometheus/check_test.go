@@ -149,10 +149,11 @@ func metricNames(exprs []string) ([]string, error) {
 	return slices.Compact(names), nil
 }
 
-// exportedNames returns the names of the samples of a Prometheus text
-// exposition (a histogram's as NAME_bucket, NAME_sum and NAME_count).
-func exportedNames(exposition []byte) map[string]bool {
-	out := map[string]bool{}
+// exportedSeries returns the names of the samples of a Prometheus text
+// exposition (a histogram's as NAME_bucket, NAME_sum and NAME_count), each
+// with the label names its samples carry.
+func exportedSeries(exposition []byte) map[string]map[string]bool {
+	out := map[string]map[string]bool{}
 	sc := bufio.NewScanner(bytes.NewReader(exposition))
 	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
 	for sc.Scan() {
@@ -160,11 +161,79 @@ func exportedNames(exposition []byte) map[string]bool {
 		if l == "" || strings.HasPrefix(l, "#") {
 			continue
 		}
-		if i := strings.IndexAny(l, "{ "); i > 0 {
-			out[l[:i]] = true
+		i := strings.IndexAny(l, "{ ")
+		if i <= 0 {
+			continue
+		}
+		name := l[:i]
+		if out[name] == nil {
+			out[name] = map[string]bool{}
+		}
+		if l[i] != '{' {
+			continue
+		}
+		// label="value", with \\, \" and \n escapes in the value.
+		for rest := l[i+1:]; ; {
+			rest = strings.TrimLeft(rest, ", ")
+			eq := strings.IndexByte(rest, '=')
+			if rest == "" || rest[0] == '}' || eq < 0 || eq+1 >= len(rest) || rest[eq+1] != '"' {
+				break
+			}
+			out[name][strings.TrimSpace(rest[:eq])] = true
+			j := eq + 2
+			for j < len(rest) && rest[j] != '"' {
+				if rest[j] == '\\' {
+					j++
+				}
+				j++
+			}
+			rest = rest[min(j+1, len(rest)):]
 		}
 	}
 	return out
+}
+
+// exportedNames is the set of sample names of an exposition.
+func exportedNames(exposition []byte) map[string]bool {
+	out := map[string]bool{}
+	for n := range exportedSeries(exposition) {
+		out[n] = true
+	}
+	return out
+}
+
+// missingLabels is the check of labels: every label a selector matches on
+// (job and instance aside: Prometheus adds them to every series) is one
+// the exported metric carries. It reports metric{label} for each one that
+// is not, sorted; metrics not exported at all are missingMetrics' to
+// report.
+func missingLabels(exprs []string, exported map[string]map[string]bool) ([]string, error) {
+	p := parser.NewParser(parser.Options{})
+	var missing []string
+	for _, e := range exprs {
+		ast, err := p.ParseExpr(substitute(e))
+		if err != nil {
+			return nil, fmt.Errorf("%q: %w", e, err)
+		}
+		parser.Inspect(ast, func(n parser.Node, _ []parser.Node) error {
+			vs, ok := n.(*parser.VectorSelector)
+			if !ok || exported[vs.Name] == nil {
+				return nil
+			}
+			for _, m := range vs.LabelMatchers {
+				switch m.Name {
+				case "__name__", "job", "instance":
+				default:
+					if !exported[vs.Name][m.Name] {
+						missing = append(missing, vs.Name+"{"+m.Name+"}")
+					}
+				}
+			}
+			return nil
+		})
+	}
+	slices.Sort(missing)
+	return slices.Compact(missing), nil
 }
 
 // missingMetrics is the check: the metric names the expressions read

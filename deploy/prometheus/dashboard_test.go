@@ -124,3 +124,27 @@ func TestSubstitute(t *testing.T) {
 		t.Errorf("metricNames: %q, %v", names, err)
 	}
 }
+
+// TestExportedSeries: names and label names of an exposition, quotes,
+// commas and escapes in values included.
+func TestExportedSeries(t *testing.T) {
+	got := exportedSeries([]byte("# HELP a x\n# TYPE a counter\n" +
+		`a{route="r,1",reason="say \"hi\", \\ }"} 1` + "\n" +
+		`a{route="r2",extra="e"} 2` + "\n" +
+		"b 3\n" +
+		`c_bucket{le="+Inf"} 4` + "\n"))
+	want := map[string][]string{"a": {"extra", "reason", "route"}, "b": nil, "c_bucket": {"le"}}
+	if len(got) != len(want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	for name, labels := range want {
+		var have []string
+		for l := range got[name] {
+			have = append(have, l)
+		}
+		slices.Sort(have)
+		if got[name] == nil || !slices.Equal(have, labels) {
+			t.Errorf("%s: labels %q, want %q", name, have, labels)
+		}
+	}
+}

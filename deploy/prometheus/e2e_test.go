@@ -300,7 +300,8 @@ func TestMetricsExported(t *testing.T) {
 	waitFor(t, "a delivery", 60*time.Second, []*child{b.child}, func() (bool, string) {
 		return dest.ok.Load() >= 1, fmt.Sprintf("%d delivered", dest.ok.Load())
 	})
-	exported := exportedNames(b.metrics(t))
+	exposition := b.metrics(t)
+	exported, series := exportedNames(exposition), exportedSeries(exposition)
 
 	dashboard, err := os.ReadFile(filepath.Join("..", "grafana", "jetbridge.json"))
 	if err != nil {
@@ -333,14 +334,44 @@ func TestMetricsExported(t *testing.T) {
 		}
 		return missing
 	}
+	// checkLabels: the labels the selectors match on are the metrics'.
+	checkLabels := func(t *testing.T, exprs []string, err error) []string {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(exprs) == 0 {
+			t.Fatal("no expression")
+		}
+		missing, err := missingLabels(exprs, series)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return missing
+	}
 	t.Run("dashboard", func(t *testing.T) {
 		if missing := check(t, "dashboard", dashboard); len(missing) != 0 {
 			t.Errorf("the dashboard reads metrics the bridge does not export: %q", missing)
+		}
+		list, err := dashboardExprs(dashboard)
+		if missing := checkLabels(t, list, err); len(missing) != 0 {
+			t.Errorf("the dashboard selects on labels the metrics do not have: %q", missing)
 		}
 	})
 	t.Run("alerts", func(t *testing.T) {
 		if missing := check(t, "rules", rules); len(missing) != 0 {
 			t.Errorf("alerts.yml reads metrics the bridge does not export: %q", missing)
+		}
+		list, err := ruleExprs(rules)
+		if missing := checkLabels(t, list, err); len(missing) != 0 {
+			t.Errorf("alerts.yml selects on labels the metrics do not have: %q", missing)
+		}
+	})
+	t.Run("a label the metric does not have is caught", func(t *testing.T) {
+		// bridge_dead_letters_stored counts every route together.
+		bad := `max by (route) (bridge_dead_letters_stored{job=~"$job",route=~"$route"}) + on() group_left sum(bridge_in_flight{route=~"$route"})`
+		if missing := checkLabels(t, []string{bad}, nil); !slices.Equal(missing, []string{"bridge_dead_letters_stored{route}"}) {
+			t.Errorf("the label check reported %q, want [bridge_dead_letters_stored{route}]", missing)
 		}
 	})
 	t.Run("a misspelled metric is caught", func(t *testing.T) {
