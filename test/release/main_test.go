@@ -7,8 +7,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -73,9 +73,9 @@ const testTag = "v0.99.0"
 
 // release is a clone of the repository with binaries built in it.
 type release struct {
-	dir      string // the clone
-	bin      string // bridge, publish, sotercare
-	revision string // the clone's HEAD
+	dir      string    // the clone
+	bin      string    // bridge, publish, sotercare
+	revision string    // the clone's HEAD
 	time     time.Time // HEAD's commit time
 }
 
