@@ -110,17 +110,15 @@ func TestVersionTagged(t *testing.T) {
 	}
 
 	text := mustRun(t, ".", nil, bridge, "version")
-	for _, s := range []string{testTag, r.revision, want.Go, want.NATSServer} {
-		if !strings.Contains(text, s) {
-			t.Errorf("bridge version lacks %q:\n%s", s, text)
-		}
+	wantText := fmt.Sprintf("jetbridge %s\nrevision %s\ntime %s\ngo %s\nnats-server %s (embedded)\n", testTag, r.revision, want.Time, want.Go, want.NATSServer)
+	if text != wantText {
+		t.Errorf("bridge version:\n%s\nwant:\n%s", text, wantText)
 	}
-	for _, name := range []string{"publish", "sotercare"} {
-		out := mustRun(t, ".", nil, filepath.Join(r.bin, name), "--version")
-		for _, s := range []string{testTag, r.revision} {
-			if !strings.Contains(out, s) {
-				t.Errorf("%s --version lacks %q:\n%s", name, s, out)
-			}
+	// --version: one line, the revision as pseudo-versions show it (12 hex).
+	wantLine := fmt.Sprintf("jetbridge %s (revision %s, %s)\n", testTag, r.revision[:12], want.Time)
+	for _, name := range []string{"bridge", "publish", "sotercare"} {
+		if out := mustRun(t, ".", nil, filepath.Join(r.bin, name), "--version"); out != wantLine {
+			t.Errorf("%s --version: %q, want %q", name, out, wantLine)
 		}
 	}
 }
@@ -175,6 +173,10 @@ func TestVersionUntaggedAndModified(t *testing.T) {
 	want.Version, want.Modified = pseudo+"+dirty", true
 	if got := bridgeVersion(t, bridge); got != want {
 		t.Errorf("modified tree: bridge version --json:\n got %+v\nwant %+v", got, want)
+	}
+	wantLine := fmt.Sprintf("jetbridge %s+dirty (revision %s, %s, modified)\n", pseudo, rev[:12], want.Time)
+	if out := mustRun(t, ".", nil, bridge, "--version"); out != wantLine {
+		t.Errorf("modified tree: bridge --version: %q, want %q", out, wantLine)
 	}
 }
 
@@ -235,6 +237,9 @@ func TestVersionFromModuleProxy(t *testing.T) {
 	want := versionInfo{Version: testTag, Go: goEnv(t, tmp, "GOVERSION"), NATSServer: rec.natsServer}
 	if got := bridgeVersion(t, bridge); got != want {
 		t.Errorf("go install @%s: bridge version --json:\n got %+v\nwant %+v", testTag, got, want)
+	}
+	if out := mustRun(t, ".", nil, bridge, "--version"); out != "jetbridge "+testTag+"\n" {
+		t.Errorf("go install @%s: bridge --version: %q, want %q", testTag, out, "jetbridge "+testTag+"\n")
 	}
 }
 
