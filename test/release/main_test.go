@@ -108,9 +108,13 @@ func head(dir string) (rev string, at time.Time, err error) {
 }
 
 // buildBinaries builds the given commands of the module in dir into bin,
-// stamping VCS information.
+// stamping VCS information. -trimpath, as a release build uses it, changes
+// nothing that is stamped; it keeps the build cache's entries independent
+// of the clone's and the module cache's directories, so that the clones of
+// this package and the go install from the proxy share one compilation of
+// the dependencies.
 func buildBinaries(dir, bin string, cmds ...string) error {
-	args := append([]string{"build", "-buildvcs=true", "-o", bin + string(filepath.Separator)}, cmds...)
+	args := append([]string{"build", "-buildvcs=true", "-trimpath", "-o", bin + string(filepath.Separator)}, cmds...)
 	_, err := run(dir, vcsBuildEnv, "go", args...)
 	return err
 }
