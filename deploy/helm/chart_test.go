@@ -237,13 +237,22 @@ func TestRefusedValues(t *testing.T) {
 		"config: {admin: {listen: \"127.0.0.1:8088\"}}\n": "config.admin.listen must be 0.0.0.0:PORT",
 		"config: {admin: {listen: \"\"}}\n":               "config.admin.listen must be 0.0.0.0:PORT",
 		"config: {admin: {listen: \"0.0.0.0:70000\"}}\n":  "port 70000 out of range",
-		"config: {shutdown_timeout: 30}\n":                `config.shutdown_timeout: "30" is not a Go duration`,
+		"config: {shutdown_timeout: thirty}\n":            `config.shutdown_timeout: "thirty" is not a Go duration`,
 		"config: {shutdown_timeout: \"${T}\"}\n":          `config.shutdown_timeout: "${T}" is not a Go duration`,
-		"terminationGraceExtraSeconds: 0\n":               "terminationGraceExtraSeconds must be at least 1",
+		// values.schema.json
+		"config: {shutdown_timeout: 30}\n":  "at '/config/shutdown_timeout': got number, want string",
+		"terminationGraceExtraSeconds: 0\n": "at '/terminationGraceExtraSeconds': minimum: got 0, want 1",
+		"replicas: 3\n":                     "additional properties 'replicas' not allowed",
+		"config: {destinations: null}\n":    "missing property 'destinations'",
 	} {
 		if _, err := render(values); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("values %q: render error %v, want one containing %q", values, err, want)
 		}
+	}
+	// The templates refuse it too, when the schema is skipped
+	// (--skip-schema-validation).
+	if _, err := renderWith("terminationGraceExtraSeconds: 0\n", true); err == nil || !strings.Contains(err.Error(), "terminationGraceExtraSeconds must be at least 1") {
+		t.Errorf("terminationGraceExtraSeconds 0 without the schema: %v", err)
 	}
 }
 

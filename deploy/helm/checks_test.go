@@ -418,7 +418,7 @@ func checkResources(r *rendered, want corev1.ResourceRequirements) (p problems) 
 		return true
 	}
 	if !same(c.Resources.Requests, want.Requests) || !same(c.Resources.Limits, want.Limits) {
-		p.add("resources requests %v limits %v, want requests %v limits %v", c.Resources.Requests, c.Resources.Limits, want.Requests, want.Limits)
+		p.add("resources requests %s limits %s, want requests %s limits %s", quantities(c.Resources.Requests), quantities(c.Resources.Limits), quantities(want.Requests), quantities(want.Limits))
 	}
 	for _, k := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
 		if _, ok := c.Resources.Requests[k]; !ok {
@@ -429,6 +429,16 @@ func checkResources(r *rendered, want corev1.ResourceRequirements) (p problems) 
 		}
 	}
 	return p
+}
+
+// quantities shows a resource list as "cpu=100m memory=128Mi".
+func quantities(l corev1.ResourceList) string {
+	var out []string
+	for k, q := range l {
+		out = append(out, fmt.Sprintf("%s=%s", k, q.String()))
+	}
+	slices.Sort(out)
+	return strings.Join(out, " ")
 }
 
 func resources(reqCPU, reqMem, limCPU, limMem string) corev1.ResourceRequirements {

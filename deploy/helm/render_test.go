@@ -57,6 +57,12 @@ type object struct {
 // render renders the chart as `helm install --dry-run=client -f values.yaml`
 // does, with valuesYAML as the values file ("" for the defaults).
 func render(valuesYAML string) (*rendered, error) {
+	return renderWith(valuesYAML, false)
+}
+
+// renderWith renders as render does, without values.schema.json when
+// skipSchema.
+func renderWith(valuesYAML string, skipSchema bool) (*rendered, error) {
 	chrt, err := loader.Load(chartDir)
 	if err != nil {
 		return nil, fmt.Errorf("load the chart: %w", err)
@@ -71,6 +77,7 @@ func render(valuesYAML string) (*rendered, error) {
 	install.DryRunStrategy = action.DryRunClient
 	install.ReleaseName = releaseName
 	install.Namespace = namespace
+	install.SkipSchemaValidation = skipSchema
 	rel, err := install.Run(chrt, vals)
 	if err != nil {
 		return nil, fmt.Errorf("render: %w", err)
