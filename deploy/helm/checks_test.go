@@ -518,7 +518,7 @@ type monitoring struct {
 
 // checkMonitoring: with want nil, no ServiceMonitor and no PrometheusRule;
 // otherwise a ServiceMonitor scraping /metrics on the admin port of the
-// release's Service every want.interval, and a PrometheusRule with the
+// release's Service every want.interval as job "jetbridge", and a PrometheusRule with the
 // groups of the chart's files/alerts.yml.
 func checkMonitoring(r *rendered, want *monitoring, alertsFile []byte) (p problems) {
 	if want == nil {
@@ -535,6 +535,11 @@ func checkMonitoring(r *rendered, want *monitoring, alertsFile []byte) (p proble
 		if sm.Labels[k] != v || pr.Labels[k] != v {
 			p.add("label %s=%s missing on the ServiceMonitor or the PrometheusRule", k, v)
 		}
+	}
+	// The Prometheus Operator names the job after the Service's jobLabel
+	// label; the alerts select job="jetbridge".
+	if job := r.service.Labels[sm.Spec.JobLabel]; sm.Spec.JobLabel == "" || job != "jetbridge" {
+		p.add("ServiceMonitor jobLabel %q gives job %q, want \"jetbridge\" (the alerts select up{job=\"jetbridge\"})", sm.Spec.JobLabel, job)
 	}
 	sel := sm.Spec.Selector.MatchLabels
 	if len(sel) == 0 || len(sm.Spec.Selector.MatchExpressions) != 0 {

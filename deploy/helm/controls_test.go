@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/yaml"
 )
 
 // TestChecksCatchBrokenRenders shows every check failing: each case breaks
@@ -173,11 +174,17 @@ func TestChecksCatchBrokenRenders(t *testing.T) {
 		{"ServiceMonitor port", func() problems {
 			return checkMonitoring(edit("serviceMonitor: {enabled: true}\nprometheusRule: {enabled: true}\n", func(r *rendered) { r.serviceMonitor.Spec.Endpoints[0].Port = "http" }), mon, alerts)
 		}, `ServiceMonitor endpoint port "http"`},
+		{"job name", func() problems {
+			return checkMonitoring(mustRender(t, "nameOverride: bridge\nserviceMonitor: {enabled: true}\nprometheusRule: {enabled: true}\n"), mon, alerts)
+		}, `ServiceMonitor jobLabel "app.kubernetes.io/name" gives job "bridge", want "jetbridge"`},
+		{"no job label", func() problems {
+			return checkMonitoring(edit("serviceMonitor: {enabled: true}\nprometheusRule: {enabled: true}\n", func(r *rendered) { r.serviceMonitor.Spec.JobLabel = "" }), mon, alerts)
+		}, `ServiceMonitor jobLabel "" gives job ""`},
 		{"rules differ", func() problems {
-			return compareGroups(mustRender(t, "prometheusRule: {enabled: true}\n"), []byte(strings.Replace(string(alerts), "== 2", "== 1", 1)))
+			return compareGroups(mustRender(t, "prometheusRule: {enabled: true}\n"), editFirstRule(t, alerts, "expr", "vector(1)"))
 		}, "the PrometheusRule's spec.groups differ from the rules file's groups"},
 		{"rules file not the operator's", func() problems {
-			return compareGroups(mustRender(t, "prometheusRule: {enabled: true}\n"), []byte(strings.Replace(string(alerts), "for: 5m", "fro: 5m", 1)))
+			return compareGroups(mustRender(t, "prometheusRule: {enabled: true}\n"), editFirstRule(t, alerts, "fro", "5m"))
 		}, `unknown field "fro"`},
 	}
 	for _, c := range cases {
@@ -191,4 +198,26 @@ func TestChecksCatchBrokenRenders(t *testing.T) {
 			}
 		})
 	}
+}
+
+// editFirstRule returns a rules file with key set to value in its first
+// group's first rule.
+func editFirstRule(t *testing.T, rulesFile []byte, key, value string) []byte {
+	t.Helper()
+	var f struct {
+		Groups []map[string]any `json:"groups"`
+	}
+	if err := yaml.Unmarshal(rulesFile, &f); err != nil || len(f.Groups) == 0 {
+		t.Fatalf("the rules file: %v (%d groups)", err, len(f.Groups))
+	}
+	rules, _ := f.Groups[0]["rules"].([]any)
+	if len(rules) == 0 {
+		t.Fatal("the rules file's first group has no rule")
+	}
+	rules[0].(map[string]any)[key] = value
+	out, err := yaml.Marshal(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
