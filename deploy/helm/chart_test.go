@@ -110,17 +110,21 @@ func chartAlerts(t *testing.T) []byte {
 
 func requireConfig(t *testing.T, r *rendered, want string) {
 	t.Helper()
-	var p problems
+	requireNone(t, "the ConfigMap's bridge.yaml", compareConfig(r, want))
+}
+
+// compareConfig: the ConfigMap's bridge.yaml is, as data, the YAML want.
+func compareConfig(r *rendered, want string) (p problems) {
 	got := r.bridgeConfig(&p)
-	requireNone(t, "config", p)
 	var w map[string]any
 	if err := yaml.UnmarshalStrict([]byte(want), &w); err != nil {
-		t.Fatal(err)
+		return append(p, "the wanted configuration: "+err.Error())
 	}
 	if !reflect.DeepEqual(got, w) {
 		g, _ := yaml.Marshal(got)
-		t.Errorf("the ConfigMap's bridge.yaml:\n%s\nwant:\n%s", g, want)
+		p.add("the ConfigMap's bridge.yaml is\n%s\nwant\n%s", g, want)
 	}
+	return p
 }
 
 func TestDefaults(t *testing.T) {

@@ -174,6 +174,10 @@ func TestChecksCatchBrokenRenders(t *testing.T) {
 		{"ServiceMonitor port", func() problems {
 			return checkMonitoring(edit("serviceMonitor: {enabled: true}\nprometheusRule: {enabled: true}\n", func(r *rendered) { r.serviceMonitor.Spec.Endpoints[0].Port = "http" }), mon, alerts)
 		}, `ServiceMonitor endpoint port "http"`},
+		{"config", func() problems { return compareConfig(mustRender(t, "config: {log: {level: warn}}\n"), defaultConfig) }, "the ConfigMap's bridge.yaml is"},
+		{"config lost", func() problems {
+			return compareConfig(edit("", func(r *rendered) { r.configMap.Data = map[string]string{"config.yaml": "{}"} }), defaultConfig)
+		}, "the ConfigMap must hold exactly bridge.yaml"},
 		{"job name", func() problems {
 			return checkMonitoring(mustRender(t, "nameOverride: bridge\nserviceMonitor: {enabled: true}\nprometheusRule: {enabled: true}\n"), mon, alerts)
 		}, `ServiceMonitor jobLabel "app.kubernetes.io/name" gives job "bridge", want "jetbridge"`},
