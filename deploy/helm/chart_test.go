@@ -279,3 +279,30 @@ func TestShutdownTimeoutParsing(t *testing.T) {
 		}
 	}
 }
+
+func TestExtraVolumes(t *testing.T) {
+	r := mustRender(t, `
+extraVolumes:
+  - name: nats-creds
+    secret: {secretName: jetbridge-nats-creds}
+extraVolumeMounts:
+  - name: nats-creds
+    mountPath: /etc/jetbridge-secrets
+    readOnly: true
+`)
+	spec := r.deployment.Spec.Template.Spec
+	v := volume(spec.Volumes, "nats-creds")
+	if v == nil || v.Secret == nil || v.Secret.SecretName != "jetbridge-nats-creds" || len(spec.Volumes) != 3 {
+		t.Errorf("volumes %+v, want config, tmp and the Secret jetbridge-nats-creds", spec.Volumes)
+	}
+	want := []corev1.VolumeMount{
+		{Name: "config", MountPath: "/etc/jetbridge", ReadOnly: true},
+		{Name: "tmp", MountPath: "/tmp"},
+		{Name: "nats-creds", MountPath: "/etc/jetbridge-secrets", ReadOnly: true},
+	}
+	if got := spec.Containers[0].VolumeMounts; !reflect.DeepEqual(got, want) {
+		t.Errorf("volume mounts %+v, want %+v", got, want)
+	}
+	requireNone(t, "container", checkContainer(r, "jetbridge:v0.1.0", corev1.PullIfNotPresent, nil))
+	requireNone(t, "security", checkSecurity(r))
+}

@@ -49,10 +49,27 @@ var (
 func TestDocsHelmSection(t *testing.T) {
 	section := helmSection(t)
 	yamls := blocks(section, "yaml")
-	if len(yamls) != 3 {
-		t.Fatalf("want 3 yaml blocks (values.yaml, the default configuration, monitoring.yaml), got %d", len(yamls))
+	if len(yamls) != 4 {
+		t.Fatalf("want 4 yaml blocks (values.yaml, the default configuration, the NATS credentials file, monitoring.yaml), got %d", len(yamls))
 	}
-	values, defaults, monitoringFile := yamls[0], yamls[1], yamls[2]
+	values, defaults, credsFile, monitoringFile := yamls[0], yamls[1], yamls[2], yamls[3]
+
+	// The credentials file example mounts its Secret where its
+	// configuration looks.
+	r := mustRender(t, credsFile)
+	if msgs := lint(t, credsFile); len(msgs) > 0 {
+		t.Errorf("helm lint --strict with the credentials example:\n  %s", strings.Join(msgs, "\n  "))
+	}
+	var p problems
+	creds, _ := dig(r.bridgeConfig(&p), "nats", "creds_file").(string)
+	mounted := false
+	for _, m := range r.deployment.Spec.Template.Spec.Containers[0].VolumeMounts {
+		v := volume(r.deployment.Spec.Template.Spec.Volumes, m.Name)
+		mounted = mounted || (creds != "" && strings.HasPrefix(creds, m.MountPath+"/") && m.ReadOnly && v != nil && v.Secret != nil)
+	}
+	if !mounted || len(p) > 0 {
+		t.Errorf("the credentials example: nats.creds_file %q is not in a read-only Secret mount %v", creds, p)
+	}
 
 	requireConfig(t, mustRender(t, ""), defaults)
 
@@ -63,7 +80,7 @@ func TestDocsHelmSection(t *testing.T) {
 			t.Errorf("helm lint --strict -f %s:\n  %s", name, strings.Join(msgs, "\n  "))
 		}
 	}
-	r := mustRender(t, values+monitoringFile)
+	r = mustRender(t, values+monitoringFile)
 	requireNone(t, "monitoring", checkMonitoring(r, &monitoring{interval: "30s", labels: map[string]string{"release": "kube-prometheus-stack"}}, chartAlerts(t)))
 
 	// The Secret the section creates is the one the values name, and its

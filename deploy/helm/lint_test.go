@@ -149,7 +149,7 @@ func TestConfigPassesBridgeCheck(t *testing.T) {
 func TestPrometheusRuleMatchesStandaloneRules(t *testing.T) {
 	standalone, err := os.ReadFile(filepath.Join("..", "prometheus", "alerts.yml"))
 	if err != nil {
-		t.Fatalf("the standalone rules file: %v", err)
+		t.Fatalf("deploy/prometheus/alerts.yml, the standalone rules the chart's files/alerts.yml copies, is missing: %v", err)
 	}
 	r := mustRender(t, "prometheusRule: {enabled: true}\n")
 	requireNone(t, "PrometheusRule against deploy/prometheus/alerts.yml", compareGroups(r, standalone))
