@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
+	chartutil "helm.sh/helm/v4/pkg/chart/v2/util"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 )
@@ -305,4 +307,54 @@ extraVolumeMounts:
 	}
 	requireNone(t, "container", checkContainer(r, "jetbridge:v0.1.0", corev1.PullIfNotPresent, nil))
 	requireNone(t, "security", checkSecurity(r))
+}
+
+// TestPackagedChart: `helm package` keeps what the chart needs (the rules
+// file, the schema, NOTES.txt), and the archive renders as the directory
+// does.
+func TestPackagedChart(t *testing.T) {
+	dir, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tgz, err := chartutil.Save(dir, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if filepath.Base(tgz) != "jetbridge-0.1.0.tgz" {
+		t.Errorf("packaged as %s, want jetbridge-0.1.0.tgz", filepath.Base(tgz))
+	}
+	archive, err := loader.LoadFile(tgz)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(archive.Schema) == 0 {
+		t.Error("the archive has no values.schema.json")
+	}
+	for _, values := range []string{"", customValues} {
+		fromDir, err := renderChart(dir, values, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fromArchive, err := renderChart(archive, values, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fromArchive.manifest != fromDir.manifest || fromArchive.notes != fromDir.notes {
+			t.Errorf("values %q: the archive renders otherwise than the directory", strings.TrimSpace(values))
+		}
+	}
+	r, err := renderChart(archive, customValues, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	requireNone(t, "monitoring from the archive", checkMonitoring(r, &monitoring{interval: "15s", labels: map[string]string{"release": "kube-prometheus-stack"}}, chartAlerts(t)))
+	// Control: the same comparison tells two renders apart.
+	other, err := renderChart(archive, "replicaCount: 4\n", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.manifest == r.manifest {
+		t.Error("two different renders compare equal")
+	}
 }

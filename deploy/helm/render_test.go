@@ -14,6 +14,7 @@ import (
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	"helm.sh/helm/v4/pkg/action"
 	"helm.sh/helm/v4/pkg/chart/common"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
 	release "helm.sh/helm/v4/pkg/release/v1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -67,6 +68,11 @@ func renderWith(valuesYAML string, skipSchema bool) (*rendered, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load the chart: %w", err)
 	}
+	return renderChart(chrt, valuesYAML, skipSchema)
+}
+
+// renderChart renders a loaded chart (a directory or a packaged archive).
+func renderChart(chrt *chart.Chart, valuesYAML string, skipSchema bool) (*rendered, error) {
 	vals, err := common.ReadValues([]byte(valuesYAML))
 	if err != nil {
 		return nil, fmt.Errorf("values: %w", err)
