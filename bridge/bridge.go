@@ -114,6 +114,11 @@ func newBridge(cfg *config.Config, js jetstream.JetStream, opts Options, p parts
 		d.trace = b.tr.forDestination(d)
 		b.dests[name] = d
 	}
+	if opts.Registerer != nil {
+		if err := opts.Registerer.Register(newHeldCollector(b.dests)); err != nil {
+			return nil, fmt.Errorf("bridge: metrics: %w", err)
+		}
+	}
 	for _, rc := range cfg.Routes {
 		d, ok := b.dests[rc.Destination]
 		if !ok { // config.Validate rejects this; a hand-built Config may not
