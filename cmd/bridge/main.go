@@ -76,7 +76,7 @@ func newRootCmd() *cobra.Command {
 		return cmdRun(o, c.OutOrStdout(), c.ErrOrStderr())
 	}
 	o.register(root.Flags())
-	root.AddCommand(newRunCmd(), newCheckCmd(), newReceiveCmd(), newDLQCmd(), newDemoCmd(), newVersionCmd())
+	root.AddCommand(newRunCmd(), newCheckCmd(), newReceiveCmd(), newDLQCmd(), newDemoCmd(), newHealthcheckCmd(), newVersionCmd())
 	return root
 }
 

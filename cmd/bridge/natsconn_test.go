@@ -110,7 +110,7 @@ func startDaemon(t testing.TB, yaml string, parts daemonParts) *daemonRun {
 	log := zerolog.New(d.logs).Level(zerolog.DebugLevel).With().Timestamp().Logger()
 	go func() {
 		defer close(d.done)
-		d.err = runDaemon(ctx, cfg, log, parts)
+		d.err = runDaemon(ctx, cfg, log, parts, reloadSource{})
 	}()
 	t.Cleanup(func() {
 		cancel()

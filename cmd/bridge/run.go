@@ -8,7 +8,8 @@ import (
 	stdlog "log"
 	"net"
 	"net/http"
-	"runtime"
+	"os"
+	"os/signal"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/sotercare/jetbridge/bridge"
 	"github.com/sotercare/jetbridge/config"
+	"github.com/sotercare/jetbridge/internal/buildinfo"
 	"github.com/sotercare/jetbridge/internal/cli"
 	"github.com/sotercare/jetbridge/internal/cli/logs"
 	"github.com/sotercare/jetbridge/internal/embedded"
@@ -46,7 +48,11 @@ stop fetching, finish what is in flight and exit 0.
 
 NATS is, in this order: --server, nats.url, $NATS_URL; with none of them
 the bridge starts an embedded JetStream (nats.embedded). While NATS cannot
-be reached the bridge logs why and /readyz says "cannot reach NATS at ...".`,
+be reached the bridge logs why and /readyz says "cannot reach NATS at ...".
+
+SIGHUP (systemctl reload, an ssh hang-up) never stops the bridge: it
+validates the configuration file, logs whether it is valid, and changes
+nothing; the file takes effect at the next start.`,
 		Example: `  bridge run --config config/quickstart.yaml
   bridge run --config config/quickstart.yaml -s nats://127.0.0.1:4222   # join a running server`,
 		Args: cli.NoArgs,
@@ -57,6 +63,11 @@ be reached the bridge logs why and /readyz says "cannot reach NATS at ...".`,
 }
 
 func cmdRun(o runOptions, stdout, stderr io.Writer) error {
+	// SIGHUP never stops the bridge: caught from the start, handled once
+	// the daemon runs (watchReloads).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	cfg, source, err := loadConfig(o.config, o.server, stderr)
 	if err != nil {
 		return err
@@ -74,7 +85,7 @@ func cmdRun(o runOptions, stdout, stderr io.Writer) error {
 	}
 	ctx, stop := signalContext()
 	defer stop()
-	return runDaemon(ctx, cfg, log, production)
+	return runDaemon(ctx, cfg, log, production, reloadSource{path: configPath(o.config), signals: hup})
 }
 
 // daemonParts are the parts of `bridge run` that tests swap, one at a
@@ -100,12 +111,17 @@ var production = daemonParts{
 // NATS connection is closed for good (the same drain as far as it goes,
 // then exit 1 with the cause). The admin endpoints answer from the start:
 // /readyz says why while the first connection is not made.
-func runDaemon(ctx context.Context, cfg *config.Config, log zerolog.Logger, parts daemonParts) error {
+func runDaemon(ctx context.Context, cfg *config.Config, log zerolog.Logger, parts daemonParts, reload reloadSource) error {
+	bi := buildinfo.Read()
+	log.Info().Str("version", bi.Version).Str("revision", bi.Revision).Bool("modified", bi.Modified).Msg("jetbridge starting")
 	for _, w := range configWarnings(cfg) {
 		log.Warn().Str("key", w.Key).Msg(w.Text)
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reloadCtx, cancelReloads := context.WithCancel(ctx)
+	waitReloads := watchReloads(reloadCtx, reload, log, reg)
+	defer func() { cancelReloads(); waitReloads() }()
 	admin := newAdminSwitch(reg)
 	stopAdmin, err := serveAdmin(cfg.Admin.Listen, admin, log, parts.adminTimeouts)
 	if err != nil {
@@ -265,29 +281,46 @@ func writeAdminJSON(w http.ResponseWriter, status int, v any) {
 	_ = cli.WriteJSON(w, v)
 }
 
-// versionInfo is what bridge version prints.
+// versionInfo is what bridge version prints: the build as Go recorded it
+// and the embedded nats-server's version.
 type versionInfo struct {
-	Version    string `json:"version"`
-	Go         string `json:"go"`
+	buildinfo.Info
 	NATSServer string `json:"nats_server"` // embedded
 }
 
 func newVersionCmd() *cobra.Command {
 	var asJSON bool
 	c := &cobra.Command{
-		Use:     "version",
-		Short:   "print the version, the Go version and the embedded nats-server version",
+		Use:   "version",
+		Short: "print the version and revision, the Go version and the embedded nats-server version",
+		Long: `Print what this binary was built from, as Go recorded it: the module
+version (a tag such as v0.1.0 in a release build, a pseudo-version in
+another checkout, "(devel)" under go run), the VCS revision and its commit
+time, whether the work tree was modified, the Go version, and the version
+of the embedded nats-server. A value Go did not record is left empty.`,
 		Example: "  bridge version\n  bridge version --json",
 		Args:    cli.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			v := versionInfo{Version: cli.BuildVersion(), Go: runtime.Version(), NATSServer: embedded.ServerVersion()}
+			v := versionInfo{Info: buildinfo.Read(), NATSServer: embedded.ServerVersion()}
 			if asJSON {
 				return cli.WriteJSON(c.OutOrStdout(), v)
 			}
-			_, err := fmt.Fprintf(c.OutOrStdout(), "jetbridge %s\ngo %s\nnats-server %s (embedded)\n", v.Version, v.Go, v.NATSServer)
+			w := c.OutOrStdout()
+			fmt.Fprintf(w, "jetbridge %s\n", v.Version)
+			if v.Revision != "" {
+				modified := ""
+				if v.Modified {
+					modified = " (modified)"
+				}
+				fmt.Fprintf(w, "revision %s%s\n", v.Revision, modified)
+			}
+			if v.Time != "" {
+				fmt.Fprintf(w, "time %s\n", v.Time)
+			}
+			_, err := fmt.Fprintf(w, "go %s\nnats-server %s (embedded)\n", v.Go, v.NATSServer)
 			return err
 		},
 	}
-	c.Flags().BoolVar(&asJSON, "json", false, `print {"version","go","nats_server"}`)
+	c.Flags().BoolVar(&asJSON, "json", false, `print {"version","revision","time","modified","go","nats_server"}`)
 	return c
 }

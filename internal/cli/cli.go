@@ -18,7 +18,6 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -27,6 +26,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/sotercare/jetbridge/internal/buildinfo"
 )
 
 // ExitError is an error with an exit code. An empty Msg means that the
@@ -46,24 +47,17 @@ func Usagef(format string, args ...any) error {
 // Exit is an error with the given code; msg "" prints nothing more.
 func Exit(code int, msg string) error { return &ExitError{Code: code, Msg: msg} }
 
-// BuildVersion is the module version the binary was built from.
-func BuildVersion() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
-	}
-	return "(devel)"
-}
-
 // NewRoot returns the root command of a program: errors and usage are
 // printed by Execute (one line), the shell-completion command is left out,
 // "help" and --help work on every command, and --version prints
-// "jetbridge VERSION".
+// "jetbridge VERSION (revision R, TIME)" as Go recorded them
+// (internal/buildinfo).
 func NewRoot(use, short, long string) *cobra.Command {
 	root := &cobra.Command{
 		Use:                        use,
 		Short:                      short,
 		Long:                       long,
-		Version:                    BuildVersion(),
+		Version:                    buildinfo.Read().String(),
 		SilenceErrors:              true,
 		SilenceUsage:               true,
 		SuggestionsMinimumDistance: 2,
