@@ -150,6 +150,22 @@ func release(args []string, stdout, stderr io.Writer) error {
 	}
 	goroot = strings.TrimSpace(goroot)
 
+	// Archives of an earlier run would sit next to a SHA256SUMS that does
+	// not list them: remove them (only the release tool's own file names).
+	stale, err := filepath.Glob(filepath.Join(outDir, "jetbridge_*_*_*.tar.gz"))
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(outDir, "SHA256SUMS")); err == nil {
+		stale = append(stale, filepath.Join(outDir, "SHA256SUMS"))
+	}
+	for _, f := range stale {
+		if err := os.Remove(f); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "removed %s (an earlier run's)\n", filepath.Join(*out, filepath.Base(f)))
+	}
+
 	var archives []string
 	version := ""
 	for _, p := range plats {
