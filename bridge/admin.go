@@ -9,6 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sotercare/jetbridge/internal/buildinfo"
 )
 
 // RouteStatus is one route as /status shows it.
@@ -97,7 +99,7 @@ func (b *Bridge) adminHandler(g prometheus.Gatherer, healthy, ready func() error
 		if err := ready(); err != nil {
 			state = err.Error()
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"ready": state, "routes": b.Status(ctx), "destinations": b.DestinationStatuses()})
+		writeJSON(w, http.StatusOK, map[string]any{"ready": state, "build": buildinfo.Read(), "routes": b.Status(ctx), "destinations": b.DestinationStatuses()})
 	})
 	if g != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))

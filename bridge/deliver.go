@@ -204,6 +204,7 @@ func (r *route) keep(s *progressSlot, now time.Time, every time.Duration) {
 	if l := s.held.Load(); l != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), every)
 		if err := l.refresh(ctx); err != nil {
+			r.b.m.idempotencyErrors.WithLabelValues(r.cfg.Name).Inc()
 			r.log.Warn().Str("error", err.Error()).Msg("idempotency reservation not refreshed")
 		}
 		cancel()
@@ -231,6 +232,9 @@ func (r *route) reserve(stop context.Context, ev *event) (*lease, error) {
 			dup.EventID = ev.ID
 			return nil, err
 		case !errors.Is(err, errReserved):
+			if err != nil && stop.Err() == nil {
+				r.b.m.idempotencyErrors.WithLabelValues(r.cfg.Name).Inc()
+			}
 			return l, err
 		}
 		if since.IsZero() {
@@ -250,6 +254,7 @@ func (r *route) alreadyDone(stop context.Context, ev *event) bool {
 	defer cancel()
 	done, err := r.b.idem.Done(ctx, reservationKey(r.cfg.Name, ev.ID))
 	if err != nil {
+		r.b.m.idempotencyErrors.WithLabelValues(r.cfg.Name).Inc()
 		msgLog(r.log.Warn(), ev).Str("error", err.Error()).Msg("idempotency lookup failed for a message past max_deliver")
 	}
 	return done
@@ -266,12 +271,14 @@ func (r *route) record(l *lease, ev *event, failure error) error {
 	defer cancel()
 	if failure != nil {
 		if err := r.b.idem.release(ctx, l); err != nil {
+			r.b.m.idempotencyErrors.WithLabelValues(r.cfg.Name).Inc()
 			msgLog(r.log.Warn(), ev).Str("error", err.Error()).Msg("idempotency reservation not released; it expires after ack_wait")
 		}
 		return failure
 	}
 	h := holder{stream: ev.Stream, seq: ev.Seq, delivered: ev.Delivered}
 	if err := l.done(ctx, h); err != nil {
+		r.b.m.idempotencyErrors.WithLabelValues(r.cfg.Name).Inc()
 		msgLog(r.log.Warn(), ev).Str("error", err.Error()).Msg("delivered, but not recorded as done: a redelivery would be sent again")
 	}
 	return nil

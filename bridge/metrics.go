@@ -39,6 +39,12 @@ type metrics struct {
 	pausedSecs       *prometheus.CounterVec // destination
 	budgetRefusals   *prometheus.CounterVec // destination
 
+	// Stream and store state, from the readiness checks' lookups (every
+	// readinessEvery, whatever the scrapes): never a request per scrape.
+	consumerPending   *prometheus.GaugeVec   // route
+	deadLettersStored prometheus.Gauge       // the dead-letter stream's messages
+	idempotencyErrors *prometheus.CounterVec // route
+
 	// Children of the hot path, looked up once here rather than per
 	// message; read-only after newMetrics.
 	settledChildren map[string]map[string]prometheus.Counter // route -> outcome
@@ -113,10 +119,23 @@ func newMetrics(reg prometheus.Registerer, cfg *config.Config) (*metrics, error)
 			Name: "bridge_retry_budget_refused_total",
 			Help: "In-process retries the destination's retry budget refused (left to the broker's redelivery).",
 		}, []string{"destination"}),
+		consumerPending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "bridge_consumer_pending",
+			Help: "Messages of the route's stream subjects not yet delivered to its durable consumer (any replica), as of the last consumer lookup (every few seconds, never per scrape).",
+		}, []string{"route"}),
+		deadLettersStored: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "bridge_dead_letters_stored",
+			Help: "Dead letters in the dead-letter stream (every route, every replica), as of the last stream lookup (every few seconds, never per scrape).",
+		}),
+		idempotencyErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bridge_idempotency_errors_total",
+			Help: "Failed reads or writes of the idempotency bucket, by route (a reservation not taken, refreshed, recorded or released).",
+		}, []string{"route"}),
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.messages, m.requests, m.duration, m.circuit, m.inFlight, m.deadLetters,
-			m.payloadOmitted, m.safetyNet, m.concurrencyLimit, m.gateInFlight, m.waiting, m.rateLimitedSecs, m.pausedSecs, m.budgetRefusals} {
+			m.payloadOmitted, m.safetyNet, m.concurrencyLimit, m.gateInFlight, m.waiting, m.rateLimitedSecs, m.pausedSecs, m.budgetRefusals,
+			m.consumerPending, m.deadLettersStored, m.idempotencyErrors} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -135,6 +154,8 @@ func newMetrics(reg prometheus.Registerer, cfg *config.Config) (*metrics, error)
 		}
 		m.inFlight.WithLabelValues(r.Name)
 		m.payloadOmitted.WithLabelValues(r.Name)
+		m.consumerPending.WithLabelValues(r.Name)
+		m.idempotencyErrors.WithLabelValues(r.Name)
 	}
 	for _, reason := range safetyNetReasons {
 		m.safetyNet.WithLabelValues(reason)

@@ -211,6 +211,9 @@ func (b *Bridge) checkDeadLetterStream(ctx context.Context) string {
 		return "dead-letter stream " + name + " does not exist: dead letters cannot be stored (messages that need one are redelivered); restart the bridge to create it"
 	case err != nil:
 		return "?"
+	}
+	b.m.deadLettersStored.Set(float64(s.CachedInfo().State.Msgs))
+	switch {
 	case s.CachedInfo().Config.Sealed:
 		return "dead-letter stream " + name + " is sealed: dead letters cannot be stored (messages that need one are redelivered)"
 	case full(s.CachedInfo()):
@@ -255,8 +258,11 @@ func (b *Bridge) checkConsumer(ctx context.Context, r *route) {
 		return
 	}
 	lctx, cancel := context.WithTimeout(ctx, readinessTimeout)
-	_, err := c.Info(lctx)
+	info, err := c.Info(lctx)
 	cancel()
+	if err == nil {
+		b.m.consumerPending.WithLabelValues(r.cfg.Name).Set(float64(info.NumPending))
+	}
 	rh := b.health.routes[r]
 	b.health.mu.Lock()
 	defer b.health.mu.Unlock()

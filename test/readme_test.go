@@ -13,7 +13,8 @@ import (
 	"time"
 )
 
-// The README's code blocks are checked as a newcomer would use them, by
+// The code blocks of the README and of every page under docs/ are checked
+// as a newcomer would use them, by
 // copying:
 //
 //   - every command of a ```sh block, and every "$ " line of an output
@@ -32,8 +33,10 @@ import (
 //     package clause is an excerpt whose every part is, as written, in the
 //     file or directory named in the paragraph before it.
 
-// readmeBlock is one fenced code block of the README.
+// readmeBlock is one fenced code block of the README or of a page under
+// docs/.
 type readmeBlock struct {
+	file   string // README.md, docs/deploy.md...
 	lang   string
 	line   int // of the opening fence
 	text   string
@@ -42,15 +45,37 @@ type readmeBlock struct {
 
 func readmeBlocks(t *testing.T) []readmeBlock {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "README.md"))
+	var out []readmeBlock
+	for _, file := range docFiles(t) {
+		data, err := os.ReadFile(filepath.Join("..", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks, err := parseBlocks(string(data))
+		if err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		for i := range blocks {
+			blocks[i].file = file
+		}
+		out = append(out, blocks...)
+	}
+	return out
+}
+
+// docFiles are the pages users read: README.md and every page under
+// docs/, as paths from the repository root.
+func docFiles(t testing.TB) []string {
+	t.Helper()
+	pages, err := filepath.Glob(filepath.Join("..", "docs", "*.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	blocks, err := parseBlocks(string(data))
-	if err != nil {
-		t.Fatal(err)
+	out := []string{"README.md"}
+	for _, p := range pages {
+		out = append(out, filepath.ToSlash(strings.TrimPrefix(p, ".."+string(filepath.Separator))))
 	}
-	return blocks
+	return out
 }
 
 // parseBlocks returns the fenced code blocks of a Markdown text.
@@ -80,7 +105,7 @@ func parseBlocks(data string) ([]readmeBlock, error) {
 		}
 	}
 	if cur != nil {
-		return nil, fmt.Errorf("README.md:%d: unclosed code block", cur.line)
+		return nil, fmt.Errorf("line %d: unclosed code block", cur.line)
 	}
 	return out, nil
 }
@@ -333,11 +358,11 @@ func checkCommandBlocks(blocks []readmeBlock, bin, root string, errorf func(stri
 		for _, line := range lines {
 			cmds, err := commands(line)
 			if err != nil {
-				errorf("README.md:%d: %v", b.line, err)
+				errorf("%s:%d: %v", b.file, b.line, err)
 				continue
 			}
 			for _, c := range cmds {
-				where := fmt.Sprintf("README.md:%d: %s", b.line, strings.Join(c.argv, " "))
+				where := fmt.Sprintf("%s:%d: %s", b.file, b.line, strings.Join(c.argv, " "))
 				for _, f := range c.creates {
 					created[f] = true
 				}
@@ -431,7 +456,7 @@ func TestREADMEGoBlocks(t *testing.T) {
 			continue
 		}
 		if out, code := compileGo(t, root, b.text); code != 0 {
-			t.Errorf("README.md:%d: the Go block does not compile as pasted:\n%s", b.line, out)
+			t.Errorf("%s:%d: the Go block does not compile as pasted:\n%s", b.file, b.line, out)
 		}
 		if strings.Contains(b.text, "producer.NewPublisher") {
 			checkSameAsExample(t, b)
@@ -465,7 +490,7 @@ var excerptSource = regexp.MustCompile(`\]\(([\w./-]+)\)|([\w./-]+\.go)`)
 func checkExcerpt(root string, b readmeBlock, errorf func(string, ...any)) {
 	m := excerptSource.FindStringSubmatch(b.before)
 	if m == nil {
-		errorf("README.md:%d: a Go excerpt (no package clause) without the file it comes from in the paragraph before it; make it a whole program or name its source", b.line)
+		errorf("%s:%d: a Go excerpt (no package clause) without the file it comes from in the paragraph before it; make it a whole program or name its source", b.file, b.line)
 		return
 	}
 	src := filepath.Join(root, m[1]+m[2])
@@ -479,12 +504,12 @@ func checkExcerpt(root string, b readmeBlock, errorf func(string, ...any)) {
 		return err
 	})
 	if err != nil {
-		errorf("README.md:%d: the excerpt's source %s: %v", b.line, m[1]+m[2], err)
+		errorf("%s:%d: the excerpt's source %s: %v", b.file, b.line, m[1]+m[2], err)
 		return
 	}
 	for part := range strings.SplitSeq(strings.TrimSpace(b.text), "\n\n") {
 		if !strings.HasPrefix(part, "import ") && !strings.Contains(sources.String(), part) {
-			errorf("README.md:%d: this part of the excerpt is not in %s:\n%s", b.line, m[1]+m[2], part)
+			errorf("%s:%d: this part of the excerpt is not in %s:\n%s", b.file, b.line, m[1]+m[2], part)
 		}
 	}
 }
@@ -506,7 +531,7 @@ func checkSameAsExample(t *testing.T, b readmeBlock) {
 	t.Helper()
 	_, body, ok := strings.Cut(b.text, "func main() {\n")
 	if !ok {
-		t.Errorf("README.md:%d: no func main", b.line)
+		t.Errorf("%s:%d: no func main", b.file, b.line)
 		return
 	}
 	body = strings.TrimSuffix(strings.TrimRight(body, "\n"), "}")
@@ -527,7 +552,7 @@ func checkSameAsExample(t *testing.T, b readmeBlock) {
 	}
 	got, want := norm(strings.ReplaceAll(body, "nats.DefaultURL", "url")), norm(ex)
 	if !slices.Equal(got, want) {
-		t.Errorf("README.md:%d: the program differs from producer/example_readme_test.go's readmeMain:\n--- README:\n%s\n--- example:\n%s",
-			b.line, strings.Join(got, "\n"), strings.Join(want, "\n"))
+		t.Errorf("%s:%d: the program differs from producer/example_readme_test.go's readmeMain:\n--- README:\n%s\n--- example:\n%s",
+			b.file, b.line, strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

@@ -26,6 +26,10 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	// Mozilla's root certificates, used only where the system has none (the
+	// FROM scratch container image): HTTPS destinations and NATS TLS verify
+	// there too. A system bundle, where present, always wins.
+	_ "golang.org/x/crypto/x509roots/fallback"
 
 	"github.com/sotercare/jetbridge/config"
 	"github.com/sotercare/jetbridge/internal/cli"

@@ -119,6 +119,8 @@ func runDaemon(ctx context.Context, cfg *config.Config, log zerolog.Logger, part
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var state processState
+	registerProcessMetrics(reg, &state)
 	reloadCtx, cancelReloads := context.WithCancel(ctx)
 	waitReloads := watchReloads(reloadCtx, reload, log, reg)
 	defer func() { cancelReloads(); waitReloads() }()
@@ -134,6 +136,7 @@ func runDaemon(ctx context.Context, cfg *config.Config, log zerolog.Logger, part
 		return err // nil: a signal came before the first connection
 	}
 	defer conn.close()
+	state.nc.Store(conn.nc)
 
 	tp, err := startTracing(ctx, cfg, reg, log)
 	if err != nil {
@@ -145,6 +148,8 @@ func runDaemon(ctx context.Context, cfg *config.Config, log zerolog.Logger, part
 		return err
 	}
 	admin.setBridge(parts.adminHandler(b, reg))
+	ready := b.Readiness
+	state.ready.Store(&ready)
 
 	// A connection closed for good stops the bridge like a signal.
 	runCtx, cancel := context.WithCancel(ctx)
