@@ -176,20 +176,7 @@ func TestImage(t *testing.T) {
 	// file cannot be overridden otherwise without changing the command).
 	adminPort := "8088"
 	if l, err := net.Listen("tcp", "0.0.0.0:8088"); err != nil {
-		adminPort = freePort(t)
-		t.Logf("0.0.0.0:8088 is taken (%v): the bridge listens on %s instead", err, adminPort)
-		conf := filepath.Join(rootfs, "etc/jetbridge/bridge.yaml")
-		data, err := os.ReadFile(conf)
-		if err != nil {
-			t.Fatal(err)
-		}
-		changed := strings.Replace(string(data), `listen: "0.0.0.0:8088"`, `listen: "0.0.0.0:`+adminPort+`"`, 1)
-		if changed == string(data) {
-			t.Fatal(`the image's bridge.yaml has no listen: "0.0.0.0:8088" to change`)
-		}
-		if err := os.WriteFile(conf, []byte(changed), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		adminPort = ownAdminPort(t, rootfs, err)
 	} else {
 		l.Close()
 	}
@@ -200,37 +187,34 @@ func TestImage(t *testing.T) {
 	srv := jetbridgetest.NewServer(t)
 	rcv := jetbridgetest.NewReceiver(t)
 	runEnv := append(slices.Clone(cfg.Env), "NATS_URL="+srv.URL(), "DESTINATION_URL="+rcv.URL()+"/events")
-	argv := append(slices.Clone(cfg.Entrypoint), cfg.Cmd...)
-	bridge := exec.Command("chroot", append([]string{"--userspec=" + cfg.User, rootfs}, argv...)...)
-	bridge.Env = runEnv
-	var logs natstest.Buffer
-	bridge.Stdout, bridge.Stderr = &logs, &logs
-	if err := bridge.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- bridge.Wait() }()
-	t.Cleanup(func() {
-		select {
-		case <-exited:
-		default:
-			bridge.Process.Kill() // chroot execs the bridge: this is its pid
-			<-exited
+	argv := append([]string{"--userspec=" + cfg.User, rootfs}, cfg.Entrypoint...)
+	argv = append(argv, cfg.Cmd...)
+	var (
+		bridge *exec.Cmd
+		logs   *natstest.Buffer
+		exited chan error
+	)
+	for try := 1; ; try++ {
+		bridge, logs, exited = startChroot(t, argv, runEnv)
+		// Ready: connected, stream created, consumer bound.
+		err := natstest.Poll(60*time.Second, func() error {
+			select {
+			case err := <-exited:
+				exited <- err
+				return fmt.Errorf("the bridge exited: %v", err)
+			default:
+			}
+			return getStatus("http://127.0.0.1:"+adminPort+"/readyz", http.StatusOK)
+		})
+		if err == nil {
+			break
 		}
-	})
-
-	// Ready: connected, stream created, consumer bound.
-	admin := "http://127.0.0.1:" + adminPort
-	err := natstest.Poll(60*time.Second, func() error {
-		select {
-		case err := <-exited:
-			exited <- err
-			return fmt.Errorf("the bridge exited: %v", err)
-		default:
+		if try == 1 && adminPort == "8088" && strings.Contains(logs.String(), "address already in use") {
+			// Another process took 8088 between the check above and the
+			// bridge's start.
+			adminPort = ownAdminPort(t, rootfs, errors.New("taken while the bridge started"))
+			continue
 		}
-		return getStatus(admin+"/readyz", http.StatusOK)
-	})
-	if err != nil {
 		t.Fatalf("bridge not ready: %v\nits output:\n%s", err, logs.String())
 	}
 
@@ -242,7 +226,7 @@ func TestImage(t *testing.T) {
 	}
 	// Exactly once: the route's consumer has acknowledged its one
 	// delivery, so JetStream will not deliver it again.
-	err = natstest.Poll(30*time.Second, func() error {
+	err := natstest.Poll(30*time.Second, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		c, err := srv.JetStream().Consumer(ctx, "EVENTS", "events")
@@ -292,6 +276,56 @@ func TestImage(t *testing.T) {
 			t.Errorf("a log line that is not JSON: %q", l)
 		}
 	}
+}
+
+// ownAdminPort writes the test's own copy of the image's configuration
+// over the exported /etc/jetbridge/bridge.yaml, the same but for the admin
+// port: a free one, since 8088 is taken on this machine (the image's file
+// cannot be overridden otherwise without changing the image's command).
+func ownAdminPort(t *testing.T, rootfs string, why error) string {
+	t.Helper()
+	port := freePort(t)
+	t.Logf("0.0.0.0:8088 is taken (%v): the bridge listens on %s instead", why, port)
+	conf := filepath.Join(rootfs, "etc/jetbridge/bridge.yaml")
+	data, err := os.ReadFile(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := strings.Replace(string(data), `listen: "0.0.0.0:8088"`, `listen: "0.0.0.0:`+port+`"`, 1)
+	if changed == string(data) {
+		t.Fatal(`the image's bridge.yaml has no listen: "0.0.0.0:8088" to change`)
+	}
+	if err := os.WriteFile(conf, []byte(changed), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return port
+}
+
+// startChroot starts chroot with argv and env; the process is killed at
+// cleanup if it still runs. chroot execs its command, so the process is
+// the bridge itself. exited receives Wait's result (put it back after
+// reading it).
+func startChroot(t *testing.T, argv, env []string) (*exec.Cmd, *natstest.Buffer, chan error) {
+	t.Helper()
+	cmd := exec.Command("chroot", argv...)
+	cmd.Env = env
+	logs := new(natstest.Buffer)
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		select {
+		case err := <-exited:
+			exited <- err
+		default:
+			cmd.Process.Kill()
+			exited <- <-exited
+		}
+	})
+	return cmd, logs, exited
 }
 
 // podman runs podman and returns its standard output; a failure fails the
