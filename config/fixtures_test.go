@@ -92,3 +92,16 @@ func fixtureWant(t *testing.T, path string) (want, line string) {
 	}
 	return want, line
 }
+
+func TestSecretsFromFilesFixture(t *testing.T) {
+	c, err := loadFixture(t, "testdata/good/secrets_from_files.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.NATS.Password.Value(); got != "nats-password-from-file" {
+		t.Errorf("password %q", got)
+	}
+	if got := c.Destinations["hook"].Headers["X-Api-Key"].Value(); got != "api-key-from-file" {
+		t.Errorf("X-Api-Key %q", got)
+	}
+}

@@ -39,55 +39,55 @@ func loadErr(t *testing.T, yml string, env map[string]string) string {
 }
 
 func TestExpand(t *testing.T) {
-	env := map[string]string{"HOST": "example.com", "EMPTY": "", "PASS": "pa$$w${rd"}
+	env := map[string]string{"HOST": "example.com", "EMPTY": "", "PASS": "pa$$w${rd", "MULTI": "a\nb"}
 	tests := []struct {
 		name, in, want string
+		refs           []string
 	}{
-		{"set", "url: http://${HOST}/x", "url: http://example.com/x"},
-		{"default when unset", "n: ${NOPE:-5}", "n: 5"},
-		{"default when empty", "n: ${EMPTY:-5}", "n: 5"},
-		{"set beats default", "h: ${HOST:-other}", "h: example.com"},
-		{"empty default", "h: '${NOPE:-}'", "h: ''"},
-		{"set but empty", "h: '${EMPTY}'", "h: ''"},
-		{"escape", "p: $${HOST}", "p: ${HOST}"},
-		{"bare dollar", "p: pa$word$", "p: pa$word$"},
-		{"double dollar without brace", "p: a$$b", "p: a$$b"},
-		{"value is not expanded again", "p: ${PASS}", "p: pa$$w${rd"},
-		{"two on a line", "u: ${HOST}:${NOPE:-80}", "u: example.com:80"},
-		{"comment line untouched", "  # token: ${UNSET_IN_COMMENT}\nx: 1", "  # token: ${UNSET_IN_COMMENT}\nx: 1"},
+		{"set", "http://${HOST}/x", "http://example.com/x", []string{"${HOST}"}},
+		{"default when unset", "${NOPE:-5}", "5", []string{"${NOPE:-5}"}},
+		{"default when empty", "${EMPTY:-5}", "5", []string{"${EMPTY:-5}"}},
+		{"set beats default", "${HOST:-other}", "example.com", []string{"${HOST:-other}"}},
+		{"empty default", "${NOPE:-}", "", []string{"${NOPE:-}"}},
+		{"set but empty", "${EMPTY}", "", []string{"${EMPTY}"}},
+		{"escape", "$${HOST}", "${HOST}", nil},
+		{"bare dollar", "pa$word$", "pa$word$", nil},
+		{"double dollar without brace", "a$$b", "a$$b", nil},
+		{"value is not expanded again", "${PASS}", "pa$$w${rd", []string{"${PASS}"}},
+		{"two in a value", "${HOST}:${NOPE:-80}", "example.com:80", []string{"${HOST}", "${NOPE:-80}"}},
+		{"a line break is data", "${MULTI}", "a\nb", []string{"${MULTI}"}},
+		{"brace in a default", "${NOPE:-{x}}", "{x}", []string{"${NOPE:-{x}"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, errs := expand([]byte(tt.in), "f.yaml", lookupIn(env))
-			if len(errs) > 0 {
-				t.Fatalf("errors: %v", errs)
+			x := &expander{lookup: lookupIn(env), dir: "."}
+			got, refs, problems := x.scalar(tt.in)
+			if len(problems) > 0 {
+				t.Fatalf("problems: %q", problems)
 			}
-			if string(got) != tt.want {
-				t.Fatalf("got %q, want %q", got, tt.want)
+			if got != tt.want || !reflect.DeepEqual(refs, tt.refs) {
+				t.Fatalf("got %q %q, want %q %q", got, refs, tt.want, tt.refs)
 			}
 		})
 	}
 }
 
 func TestExpandErrors(t *testing.T) {
-	env := map[string]string{"MULTI": "a\nb"}
 	tests := []struct {
 		name, in, want string
 	}{
-		{"unset names var and line", "a: 1\nb: ${NOT_SET_VAR}", "f.yaml:2: environment variable NOT_SET_VAR is not set"},
-		{"unterminated", "a: ${OOPS", "f.yaml:1: unterminated ${"},
-		{"invalid name", "a: ${1X}", `f.yaml:1: invalid variable name "1X"`},
-		{"nested", "a: ${A:-${B}}", "f.yaml:1: nested ${ in the default of A"},
-		{"line break", "a: ${MULTI}", "f.yaml:1: environment variable MULTI contains a line break"},
+		{"unset names var and line", "a: 1\nb: ${NOT_SET_VAR}", "f.yaml:2: b: environment variable NOT_SET_VAR is not set"},
+		{"unterminated", "a: ${OOPS", "f.yaml:1: a: unterminated ${ (write $${ for a literal ${)"},
+		{"invalid name", "a: ${1X}", `f.yaml:1: a: invalid variable name "1X" in ${...}`},
+		{"nested", "a: ${A:-${B}}", "f.yaml:1: a: nested ${ in the default of A is not supported"},
+		{"in a list item", "a:\n  - x\n  - '${NOT_SET_VAR}'", "f.yaml:3: a[1]: environment variable NOT_SET_VAR is not set"},
+		{"in a block scalar", "a: |\n  x\n  ${NOT_SET_VAR}\n", "f.yaml:1: a: environment variable NOT_SET_VAR is not set"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, errs := expand([]byte(tt.in), "f.yaml", lookupIn(env))
-			if len(errs) != 1 {
-				t.Fatalf("got %d errors %v, want 1", len(errs), errs)
-			}
-			if got := errs[0].Error(); !strings.HasPrefix(got, tt.want) {
-				t.Fatalf("got %q, want prefix %q", got, tt.want)
+			_, err := loadWith([]byte(tt.in), "f.yaml", lookupIn(nil))
+			if err == nil || err.Error() != tt.want {
+				t.Fatalf("got %v\nwant %s", err, tt.want)
 			}
 		})
 	}
@@ -95,7 +95,7 @@ func TestExpandErrors(t *testing.T) {
 
 func TestLoadReportsEveryUnsetVariable(t *testing.T) {
 	got := loadErr(t, "a: ${FIRST_UNSET}\nb: ${SECOND_UNSET}\n", nil)
-	for _, want := range []string{"test.yaml:1: environment variable FIRST_UNSET", "test.yaml:2: environment variable SECOND_UNSET"} {
+	for _, want := range []string{"test.yaml:1: a: environment variable FIRST_UNSET", "test.yaml:2: b: environment variable SECOND_UNSET"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("error %q does not contain %q", got, want)
 		}

@@ -36,7 +36,7 @@ destinations:
       X-Api-Key: ${API_KEY}
       Authorization: Bearer ${AUTH}
     signing:
-      secret: [${SIGNING_RAW}, "${SIGNING_B64}"]
+      secret: ["${SIGNING_RAW}", "${SIGNING_B64}"]
 routes:
   - name: r
     subjects: ["events.>"]
@@ -96,7 +96,7 @@ func TestSecretsNeverInErrors(t *testing.T) {
 	bad := strings.NewReplacer(
 		"https://", "ftp://", // bad scheme, URL with user info and query
 		"  user: bridge\n", "", // password without user
-		"${SIGNING_RAW}", "short-${QUERY}", // signing secret too short... not: 22+ bytes; see below
+		`"${SIGNING_RAW}"`, `"short-${QUERY}"`, // signing secret too short... not: 22+ bytes; see below
 		"X-Api-Key", "X Api Key", // bad header name
 	).Replace(canaryConfig)
 	bad += "    max_deliver: 0\n"

@@ -15,6 +15,10 @@ type Config struct {
 	Destinations    map[string]*Destination `yaml:"destinations"`
 	Routes          []*Route                `yaml:"routes"`
 	Tracing         Tracing                 `yaml:"tracing"`
+
+	// from records, by key path, the values that came from a ${...}
+	// reference, so that no error quotes them (see validate).
+	from map[string]string
 }
 
 // NATS is how the bridge reaches JetStream.

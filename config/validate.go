@@ -23,7 +23,7 @@ func (c *Config) Validate() error { return c.validate(nil, "") }
 // validate runs the checks and, when idx is known, places each problem on
 // its line of source.
 func (c *Config) validate(idx *index, source string) error {
-	v := &validator{}
+	v := &validator{from: c.from}
 	v.nats(&c.NATS)
 	v.stream(&c.Stream)
 	v.deadLetter(&c.DeadLetter, &c.Stream)
@@ -50,6 +50,44 @@ func (c *Config) validate(idx *index, source string) error {
 
 type validator struct {
 	errs []*FieldError
+	from map[string]string // see Config.from
+}
+
+// q quotes s, the value at path, unless it came from a reference: then it
+// names the reference ("the value of ${N}"), never the value.
+func (v *validator) q(path, s string) string {
+	if d := originOf(v.from, path); d != "" {
+		return d
+	}
+	return strconv.Quote(s)
+}
+
+// val formats x, the value at path, with %v unless it came from a
+// reference (see q).
+func (v *validator) val(path string, x any) string {
+	if d := originOf(v.from, path); d != "" {
+		return d
+	}
+	return fmt.Sprint(x)
+}
+
+// list formats items, the list at path, as %q does unless an item came
+// from a reference.
+func (v *validator) list(path string, items []string) string {
+	out := make([]string, len(items))
+	for i, s := range items {
+		out[i] = v.q(fmt.Sprintf("%s[%d]", path, i), s)
+	}
+	return "[" + strings.Join(out, " ") + "]"
+}
+
+// problem formats err, a problem with the value at path whose text may
+// quote it, replacing the whole text when the value came from a reference.
+func (v *validator) problem(path string, err error, what string) string {
+	if d := originOf(v.from, path); d != "" {
+		return d + " is not " + what
+	}
+	return err.Error()
 }
 
 func (v *validator) addf(path, format string, args ...any) {
@@ -106,21 +144,21 @@ func (v *validator) stream(s *Stream) {
 	for i, f := range s.Subjects {
 		p := fmt.Sprintf("stream.subjects[%d]", i)
 		if err := subjects.ValidateFilter(f); err != nil {
-			v.addf(p, "%v", err)
+			v.addf(p, "%s", v.problem(p, err, "a valid subject filter"))
 			continue
 		}
 		for j, g := range s.Subjects[:i] {
 			if subjects.ValidateFilter(g) == nil && subjects.Overlap(g, f) {
-				v.addf(p, "%q overlaps stream.subjects[%d] %q; JetStream refuses overlapping stream subjects", f, j, g)
+				v.addf(p, "%s overlaps stream.subjects[%d] %s; JetStream refuses overlapping stream subjects", v.q(p, f), j, v.q(fmt.Sprintf("stream.subjects[%d]", j), g))
 			}
 		}
 	}
 	v.positive("stream.duplicate_window", s.DuplicateWindow)
 	switch {
 	case s.MaxAge < 0 || s.MaxAge > 0 && s.MaxAge.D() < 100*time.Millisecond:
-		v.addf("stream.max_age", "must be 0 (unlimited) or at least 100ms, got %s", s.MaxAge)
+		v.addf("stream.max_age", "must be 0 (unlimited) or at least 100ms, got %s", v.val("stream.max_age", s.MaxAge))
 	case s.MaxAge > 0 && s.DuplicateWindow > s.MaxAge:
-		v.addf("stream.duplicate_window", "must not exceed stream.max_age (%s), got %s", s.MaxAge, s.DuplicateWindow)
+		v.addf("stream.duplicate_window", "must not exceed stream.max_age (%s), got %s", v.val("stream.max_age", s.MaxAge), v.val("stream.duplicate_window", s.DuplicateWindow))
 	}
 	v.replicas("stream.replicas", s.Replicas)
 }
@@ -128,19 +166,19 @@ func (v *validator) stream(s *Stream) {
 func (v *validator) deadLetter(d *DeadLetter, s *Stream) {
 	v.name("dead_letter.stream", d.Stream)
 	if d.Stream != "" && d.Stream == s.Name {
-		v.addf("dead_letter.stream", "must differ from stream.name %q", s.Name)
+		v.addf("dead_letter.stream", "must differ from stream.name %s", v.q("stream.name", s.Name))
 	}
 	if err := subjects.ValidateSubject(d.SubjectPrefix); err != nil {
-		v.addf("dead_letter.subject_prefix", "%v", err)
+		v.addf("dead_letter.subject_prefix", "%s", v.problem("dead_letter.subject_prefix", err, "a valid subject"))
 	} else {
-		for _, f := range s.Subjects {
+		for i, f := range s.Subjects {
 			if subjects.ValidateFilter(f) == nil && subjects.Overlap(d.SubjectPrefix+".>", f) {
-				v.addf("dead_letter.subject_prefix", "%q overlaps stream subject %q: the stream would capture its own dead letters", d.SubjectPrefix, f)
+				v.addf("dead_letter.subject_prefix", "%s overlaps stream subject %s: the stream would capture its own dead letters", v.q("dead_letter.subject_prefix", d.SubjectPrefix), v.q(fmt.Sprintf("stream.subjects[%d]", i), f))
 			}
 		}
 	}
 	if d.MaxAge.D() < 100*time.Millisecond {
-		v.addf("dead_letter.max_age", "must be at least 100ms (dead-letter retention is always bounded), got %s", d.MaxAge)
+		v.addf("dead_letter.max_age", "must be at least 100ms (dead-letter retention is always bounded), got %s", v.val("dead_letter.max_age", d.MaxAge))
 	}
 	v.replicas("dead_letter.replicas", d.Replicas)
 }
@@ -150,13 +188,13 @@ func (v *validator) idempotency(i *Idempotency, s *Stream) {
 		return
 	}
 	if !validName(i.Bucket) {
-		v.addf("idempotency.bucket", "%q is not a valid bucket name: use [A-Za-z0-9_-]+", i.Bucket)
+		v.addf("idempotency.bucket", "%s is not a valid bucket name: use [A-Za-z0-9_-]+", v.q("idempotency.bucket", i.Bucket))
 	}
 	switch {
 	case i.TTL <= 0:
-		v.addf("idempotency.ttl", "must be > 0, got %s", i.TTL)
+		v.addf("idempotency.ttl", "must be > 0, got %s", v.val("idempotency.ttl", i.TTL))
 	case i.TTL < s.DuplicateWindow:
-		v.addf("idempotency.ttl", "must be at least stream.duplicate_window (%s), got %s", s.DuplicateWindow, i.TTL)
+		v.addf("idempotency.ttl", "must be at least stream.duplicate_window (%s), got %s", v.val("stream.duplicate_window", s.DuplicateWindow), v.val("idempotency.ttl", i.TTL))
 	}
 }
 
@@ -198,15 +236,15 @@ func (v *validator) destination(name string, d *Destination) {
 
 	cb, p := d.CircuitBreaker, path+".circuit_breaker"
 	if !(cb.FailureRate > 0 && cb.FailureRate <= 1) {
-		v.addf(p+".failure_rate", "must be in (0, 1], got %g", cb.FailureRate)
+		v.addf(p+".failure_rate", "must be in (0, 1], got %s", v.val(p+".failure_rate", cb.FailureRate))
 	}
 	if cb.MinRequests < 1 {
-		v.addf(p+".min_requests", "must be at least 1, got %d", cb.MinRequests)
+		v.addf(p+".min_requests", "must be at least 1, got %s", v.val(p+".min_requests", cb.MinRequests))
 	}
 	v.positive(p+".window", cb.Window)
 	v.positive(p+".delay", cb.Delay)
 	if cb.SuccessThreshold < 1 {
-		v.addf(p+".success_threshold", "must be at least 1, got %d", cb.SuccessThreshold)
+		v.addf(p+".success_threshold", "must be at least 1, got %s", v.val(p+".success_threshold", cb.SuccessThreshold))
 	}
 	v.statuses(p+".statuses", cb.Statuses)
 
@@ -237,34 +275,35 @@ func (v *validator) flow(path string, d *Destination) {
 	if rl := d.RateLimit; rl != nil {
 		p := path + ".rate_limit"
 		if rl.Requests < 1 {
-			v.addf(p+".requests", "must be at least 1, got %d", rl.Requests)
+			v.addf(p+".requests", "must be at least 1, got %s", v.val(p+".requests", rl.Requests))
 		}
 		v.positive(p+".per", rl.Per)
 		if rl.Burst < 1 {
-			v.addf(p+".burst", "must be at least 1, got %d", rl.Burst)
+			v.addf(p+".burst", "must be at least 1, got %s", v.val(p+".burst", rl.Burst))
 		} else if rl.Requests >= 1 && rl.Per > 0 && rl.Per.D()*time.Duration(rl.Burst)/time.Duration(rl.Requests) < time.Millisecond {
-			v.addf(p+".burst", "refills faster than once a millisecond (%d requests per %s in bursts of %d): use a smaller burst", rl.Requests, rl.Per, rl.Burst)
+			v.addf(p+".burst", "refills faster than once a millisecond (%s requests per %s in bursts of %s): use a smaller burst",
+				v.val(p+".requests", rl.Requests), v.val(p+".per", rl.Per), v.val(p+".burst", rl.Burst))
 		}
 	}
 	if c := d.Concurrency; c != nil {
 		p := path + ".concurrency"
 		if c.Max < 1 {
-			v.addf(p+".max", "must be at least 1, got %d", c.Max)
+			v.addf(p+".max", "must be at least 1, got %s", v.val(p+".max", c.Max))
 		}
 		switch {
 		case !c.Adaptive && c.Min != 1:
 			v.addf(p+".min", "applies only with adaptive: true")
 		case c.Adaptive && (c.Min < 1 || c.Max >= 1 && c.Min > c.Max):
-			v.addf(p+".min", "must be between 1 and max (%d), got %d", c.Max, c.Min)
+			v.addf(p+".min", "must be between 1 and max (%s), got %s", v.val(p+".max", c.Max), v.val(p+".min", c.Min))
 		}
 	}
 	if b := d.RetryBudget; b != nil {
 		p := path + ".retry_budget"
 		if !(b.Ratio > 0 && b.Ratio <= 1) {
-			v.addf(p+".ratio", "must be in (0, 1], got %g", b.Ratio)
+			v.addf(p+".ratio", "must be in (0, 1], got %s", v.val(p+".ratio", b.Ratio))
 		}
 		if b.MinPerSecond < 0 {
-			v.addf(p+".min_per_second", "must not be negative, got %d", b.MinPerSecond)
+			v.addf(p+".min_per_second", "must not be negative, got %s", v.val(p+".min_per_second", b.MinPerSecond))
 		}
 	}
 }
@@ -284,9 +323,9 @@ func (v *validator) routes(c *Config) {
 		case r.Name == "":
 			v.addf(p+".name", "is required")
 		case !validName(r.Name):
-			v.addf(p+".name", "%q must match [A-Za-z0-9_-]+", r.Name)
+			v.addf(p+".name", "%s must match [A-Za-z0-9_-]+", v.q(p+".name", r.Name))
 		case dup:
-			v.addf(p+".name", "duplicate route name %q (also routes[%d])", r.Name, j)
+			v.addf(p+".name", "duplicate route name %s (also routes[%d])", v.q(p+".name", r.Name), j)
 		default:
 			seen[r.Name] = i
 		}
@@ -297,18 +336,18 @@ func (v *validator) routes(c *Config) {
 		for k, f := range r.Subjects {
 			sp := fmt.Sprintf("%s.subjects[%d]", p, k)
 			if err := subjects.ValidateFilter(f); err != nil {
-				v.addf(sp, "%v", err)
+				v.addf(sp, "%s", v.problem(sp, err, "a valid subject filter"))
 				continue
 			}
 			inside := slices.ContainsFunc(c.Stream.Subjects, func(s string) bool {
 				return subjects.ValidateFilter(s) == nil && subjects.Covers(s, f)
 			})
 			if !inside {
-				v.addf(sp, "%q is outside the stream's subjects %q", f, c.Stream.Subjects)
+				v.addf(sp, "%s is outside the stream's subjects %s", v.q(sp, f), v.list("stream.subjects", c.Stream.Subjects))
 			}
 			for j, g := range r.Subjects[:k] {
 				if subjects.ValidateFilter(g) == nil && subjects.Overlap(g, f) {
-					v.addf(sp, "%q overlaps subjects[%d] %q; JetStream refuses overlapping filters in one consumer", f, j, g)
+					v.addf(sp, "%s overlaps subjects[%d] %s; JetStream refuses overlapping filters in one consumer", v.q(sp, f), j, v.q(fmt.Sprintf("%s.subjects[%d]", p, j), g))
 				}
 			}
 		}
@@ -320,11 +359,11 @@ func (v *validator) routes(c *Config) {
 			if names := c.DestinationNames(); len(names) > 0 {
 				known = "defined: " + strings.Join(names, ", ")
 			}
-			v.addf(p+".destination", "unknown destination %q (%s)", r.Destination, known)
+			v.addf(p+".destination", "unknown destination %s (%s)", v.q(p+".destination", r.Destination), known)
 		}
 
 		if r.MaxDeliver < 1 {
-			v.addf(p+".max_deliver", "must be at least 1, got %d", r.MaxDeliver)
+			v.addf(p+".max_deliver", "must be at least 1, got %s", v.val(p+".max_deliver", r.MaxDeliver))
 		}
 		if len(r.Backoff) == 0 {
 			v.addf(p+".backoff", "must list at least one delay")
@@ -333,14 +372,14 @@ func (v *validator) routes(c *Config) {
 			v.positive(fmt.Sprintf("%s.backoff[%d]", p, k), d)
 		}
 		if r.AckWait.D() < time.Second {
-			v.addf(p+".ack_wait", "must be at least 1s, got %s", r.AckWait)
+			v.addf(p+".ack_wait", "must be at least 1s, got %s", v.val(p+".ack_wait", r.AckWait))
 		}
 		if r.MaxInFlight < 1 {
-			v.addf(p+".max_in_flight", "must be at least 1, got %d", r.MaxInFlight)
+			v.addf(p+".max_in_flight", "must be at least 1, got %s", v.val(p+".max_in_flight", r.MaxInFlight))
 		}
 		v.statuses(p+".redeliver_statuses", r.RedeliverStatuses)
 		if r.MaxRetryAfter < 0 {
-			v.addf(p+".max_retry_after", "must not be negative, got %s", r.MaxRetryAfter)
+			v.addf(p+".max_retry_after", "must not be negative, got %s", v.val(p+".max_retry_after", r.MaxRetryAfter))
 		}
 		if r.Idempotency && c.Idempotency.Bucket == "" {
 			v.addf(p+".idempotency", "needs idempotency.bucket, which is empty")
@@ -350,14 +389,14 @@ func (v *validator) routes(c *Config) {
 
 func (v *validator) backoff(path string, b Backoff) {
 	if b.Count < 0 {
-		v.addf(path+".count", "must not be negative, got %d", b.Count)
+		v.addf(path+".count", "must not be negative, got %s", v.val(path+".count", b.Count))
 	}
 	v.positive(path+".interval", b.Interval)
 	if !(b.BackoffFactor >= 1) || math.IsInf(b.BackoffFactor, 1) {
-		v.addf(path+".backoff_factor", "must be a number >= 1, got %g", b.BackoffFactor)
+		v.addf(path+".backoff_factor", "must be a number >= 1, got %s", v.val(path+".backoff_factor", b.BackoffFactor))
 	}
 	if b.MaxInterval < b.Interval {
-		v.addf(path+".max_interval", "must be at least interval (%s), got %s", b.Interval, b.MaxInterval)
+		v.addf(path+".max_interval", "must be at least interval (%s), got %s", v.val(path+".interval", b.Interval), v.val(path+".max_interval", b.MaxInterval))
 	}
 }
 
@@ -366,28 +405,28 @@ func (v *validator) statuses(path string, codes []int) {
 		p := fmt.Sprintf("%s[%d]", path, i)
 		switch {
 		case code < 100 || code > 599:
-			v.addf(p, "must be an HTTP status (100-599), got %d", code)
+			v.addf(p, "must be an HTTP status (100-599), got %s", v.val(p, code))
 		case code >= 200 && code <= 299:
-			v.addf(p, "must not be a success status, got %d", code)
+			v.addf(p, "must not be a success status, got %s", v.val(p, code))
 		}
 	}
 }
 
 func (v *validator) positive(path string, d Duration) {
 	if d <= 0 {
-		v.addf(path, "must be > 0, got %s", d)
+		v.addf(path, "must be > 0, got %s", v.val(path, d))
 	}
 }
 
 func (v *validator) replicas(path string, n int) {
 	if n < 1 || n > 5 {
-		v.addf(path, "must be 1 to 5, got %d", n)
+		v.addf(path, "must be 1 to 5, got %s", v.val(path, n))
 	}
 }
 
 func (v *validator) oneOf(path, got string, allowed ...string) {
 	if !slices.Contains(allowed, got) {
-		v.addf(path, "must be one of %s; got %q", strings.Join(allowed, ", "), got)
+		v.addf(path, "must be one of %s; got %s", strings.Join(allowed, ", "), v.q(path, got))
 	}
 }
 
@@ -397,7 +436,7 @@ func (v *validator) name(path, s string) {
 	case s == "":
 		v.addf(path, "is required")
 	case strings.ContainsAny(s, " \t\r\n\f.*>/\\"):
-		v.addf(path, "%q is not a valid stream name: no whitespace, '.', '*', '>', '/' or '\\'", s)
+		v.addf(path, "%s is not a valid stream name: no whitespace, '.', '*', '>', '/' or '\\'", v.q(path, s))
 	}
 }
 
@@ -413,7 +452,7 @@ func (v *validator) listen(path, addr string, optional bool) {
 		_, err = strconv.ParseUint(port, 10, 16)
 	}
 	if err != nil {
-		v.addf(path, "must be host:port, got %q", addr)
+		v.addf(path, "must be host:port, got %s", v.q(path, addr))
 	}
 }
 
