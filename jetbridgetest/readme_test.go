@@ -36,7 +36,7 @@ func TestReadmeExampleIsTheExampleModule(t *testing.T) {
 	if parts < 2 {
 		t.Errorf("the README block has %d declarations, want the config and the test", parts)
 	}
-	if !strings.Contains(read(t, "../.ci/run"), "cd examples/producer-test && ") {
+	if !strings.Contains(read(t, "../.ci/run"), "\nnested examples/producer-test ") {
 		t.Error(".ci/run does not run the example module")
 	}
 }
