@@ -31,7 +31,7 @@ func (r *route) handle(stop, work context.Context, m jetstream.Msg, w int) {
 		r.load.gauge.Dec()
 	}()
 
-	ev, err := parseEvent(m)
+	ev, err := r.readEvent(m)
 	if ev == nil {
 		// Not a JetStream message: cannot happen on a pull consumer.
 		r.settle(m, &event{}, err, 0, nil)

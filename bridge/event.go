@@ -29,12 +29,20 @@ type event struct {
 	ContentType string
 	Payload     []byte
 	span        trace.Span // the delivery span (trace.go); nil when tracing is off
+	// severityIgnored names an Event-Severity header that the subject's
+	// severity token overrode: the header's severity, or severityInvalid;
+	// empty when none was ignored. Never the header's value as such.
+	severityIgnored string
 }
 
 // parseEvent reads a JetStream message. An unusable header gives an
 // *InvalidEventError together with a usable event (for the dead letter);
 // any other error means the message has no JetStream metadata.
-func parseEvent(m jetstream.Msg) (*event, error) {
+func parseEvent(m jetstream.Msg) (*event, error) { return parseEventWith(m, severityOf) }
+
+// parseEventWith is parseEvent with the given Event-Severity rule (the
+// route's part, see parts.go).
+func parseEventWith(m jetstream.Msg, rule severityRule) (*event, error) {
 	md, err := m.Metadata()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNoMetadata, err)
@@ -50,10 +58,14 @@ func parseEvent(m jetstream.Msg) (*event, error) {
 		ContentType: "application/json",
 	}
 	ev.ID = eventID(h, md.Stream, md.Sequence.Stream)
-	ev.Type, ev.Severity = subjects.Describe(ev.Subject)
-	sev, invalid := severityOf(h, ev.Severity)
+	typ, fromSubject := subjects.Describe(ev.Subject)
+	// Describe gives the subject itself as the type unless the subject is
+	// <root>.<severity>.<type…>: the type is then a strict suffix of it.
+	tokened := typ != ev.Subject
+	ev.Type, ev.Severity = typ, fromSubject
+	sev, ignored, invalid := rule(h.Get(producer.HeaderEventSeverity), fromSubject, tokened)
 	if invalid == nil {
-		ev.Severity = sev
+		ev.Severity, ev.severityIgnored = sev, ignored
 	}
 	if v := h.Get(producer.HeaderEventType); v != "" {
 		ev.Type = v
@@ -83,15 +95,84 @@ func eventID(h nats.Header, stream string, seq uint64) string {
 	return stream + ":" + strconv.FormatUint(seq, 10)
 }
 
-// severityOf reads Event-Severity; absent means the subject's severity.
-func severityOf(h nats.Header, fromSubject subjects.Severity) (subjects.Severity, error) {
-	v := h.Get(producer.HeaderEventSeverity)
-	if v == "" {
-		return fromSubject, nil
+// severityInvalid names, in logs, an ignored Event-Severity value that is
+// not a severity: the value itself is never printed.
+const severityInvalid = "invalid"
+
+// severityRule decides an event's severity from its Event-Severity header
+// value (empty when absent) and its subject's severity (fromSubject, INFO
+// when tokened is false: the subject has no severity token). ignored names
+// a header it overrode (its severity, or severityInvalid); an error is an
+// *InvalidEventError.
+type severityRule func(header string, fromSubject subjects.Severity, tokened bool) (sev subjects.Severity, ignored string, err error)
+
+// severityOf is the bridge's Event-Severity rule (README "Events on NATS"):
+// a subject that carries a severity token (<root>.<severity>.<type…>)
+// decides, whatever the header says, so that a producer allowed to publish
+// on events.info.> cannot make its events CRITICAL (the request's
+// X-Event-Severity and the flow-control priority); a header that disagrees
+// is ignored and named in ignored. A subject without a token takes the
+// header, else INFO; there a value that is not a severity makes the event
+// invalid.
+func severityOf(header string, fromSubject subjects.Severity, tokened bool) (subjects.Severity, string, error) {
+	if header == "" {
+		return fromSubject, "", nil
 	}
-	s, err := subjects.ParseSeverity(v)
-	if err != nil {
-		return "", &InvalidEventError{Reason: "Event-Severity is not INFO, WARNING or CRITICAL"}
+	s, err := subjects.ParseSeverity(header)
+	switch {
+	case tokened && err != nil:
+		return fromSubject, severityInvalid, nil
+	case tokened && s != fromSubject:
+		return fromSubject, string(s), nil
+	case tokened:
+		return fromSubject, "", nil
+	case err != nil:
+		return fromSubject, "", &InvalidEventError{Reason: "Event-Severity is not INFO, WARNING or CRITICAL"}
 	}
-	return s, nil
+	return s, "", nil
+}
+
+// readEvent is parseEvent for a message delivered on the route, with the
+// bridge's severity rule; an Event-Severity header the subject overrode is
+// counted and logged (noteSeverityIgnored).
+func (r *route) readEvent(m jetstream.Msg) (*event, error) {
+	ev, err := parseEventWith(m, r.b.parts.severity)
+	if ev != nil && ev.severityIgnored != "" {
+		r.noteSeverityIgnored(ev)
+	}
+	return ev, err
+}
+
+// severityLogEvery is how often at most a route logs an ignored
+// Event-Severity header; bridge_event_severity_mismatch_total counts each.
+const severityLogEvery = 10 * time.Minute
+
+// noteSeverityIgnored counts an ignored Event-Severity header and logs it:
+// the route's first one at once, then at most one line every
+// severityLogEvery with the number ignored since the last line. The line
+// names the two severities (the header's as INFO, WARNING, CRITICAL or
+// "invalid"), never the header's value.
+func (r *route) noteSeverityIgnored(ev *event) {
+	n := r.b.m.severityMismatches[r.cfg.Name]
+	if n == nil { // a route the metrics were not built for: counted only
+		r.b.m.severityMismatch.WithLabelValues(r.cfg.Name).Inc()
+		return
+	}
+	n.count.Inc()
+	now := time.Now()
+	n.mu.Lock()
+	n.since++
+	if !n.logged.IsZero() && now.Sub(n.logged) < severityLogEvery {
+		n.mu.Unlock()
+		return
+	}
+	since := n.since
+	n.logged, n.since = now, 0
+	n.mu.Unlock()
+	msgLog(r.log.Warn(), ev).
+		Str("subject_severity", string(ev.Severity)).
+		Str("header_severity", ev.severityIgnored).
+		Int("ignored", since).
+		Str("log_every", severityLogEvery.String()).
+		Msg("Event-Severity header ignored: the subject's severity token decides; every such message is counted in bridge_event_severity_mismatch_total, logged at most once per log_every per route")
 }

@@ -3,6 +3,7 @@ package bridge
 import (
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -49,6 +50,22 @@ type metrics struct {
 	// message; read-only after newMetrics.
 	settledChildren map[string]map[string]prometheus.Counter // route -> outcome
 	destChildren    map[string]*destMetrics
+
+	// severityMismatch counts Event-Severity headers ignored because the
+	// subject's severity token disagreed (event.go); severityMismatches
+	// holds each route's child and log throttle, read-only after
+	// newMetrics.
+	severityMismatch   *prometheus.CounterVec // route
+	severityMismatches map[string]*severityMismatches
+}
+
+// severityMismatches is one route's ignored Event-Severity headers: the
+// counter, and when the route last logged one (noteSeverityIgnored).
+type severityMismatches struct {
+	count  prometheus.Counter
+	mu     sync.Mutex
+	logged time.Time // the last log line; zero before the first
+	since  int       // ignored since the last log line
 }
 
 // destMetrics are one destination's per-try series.
@@ -140,6 +157,19 @@ func newMetrics(reg prometheus.Registerer, cfg *config.Config) (*metrics, error)
 				return nil, err
 			}
 		}
+	}
+	m.severityMismatch = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "bridge_event_severity_mismatch_total",
+		Help: "Deliveries whose Event-Severity header disagreed with the severity token of their subject and was ignored (the subject decides), by route.",
+	}, []string{"route"})
+	if reg != nil {
+		if err := reg.Register(m.severityMismatch); err != nil {
+			return nil, err
+		}
+	}
+	m.severityMismatches = make(map[string]*severityMismatches, len(cfg.Routes))
+	for _, r := range cfg.Routes {
+		m.severityMismatches[r.Name] = &severityMismatches{count: m.severityMismatch.WithLabelValues(r.Name)}
 	}
 	m.settledChildren = make(map[string]map[string]prometheus.Counter, len(cfg.Routes))
 	m.destChildren = make(map[string]*destMetrics, len(cfg.Destinations))

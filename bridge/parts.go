@@ -34,6 +34,9 @@ type parts struct {
 	// retryAfter reads a response's Retry-After (seconds or HTTP-date,
 	// against its Date header).
 	retryAfter func(h http.Header, now time.Time) time.Duration
+	// severity decides an event's severity from its Event-Severity header
+	// and its subject (severityOf, event.go).
+	severity severityRule
 	// request builds one HTTP try of a payload.
 	request func(ctx context.Context, d *destination, p *payload, now time.Time) (*http.Request, error)
 	// pauseFor is how long a failure pauses the destination (back-pressure).
@@ -77,6 +80,7 @@ func defaultParts() parts {
 		transportRetryable: func(_ *response, err error) bool { return isTransport(err) },
 		statusRetryable:    listedStatus,
 		breakerFailure:     breakerFailure,
+		severity:           severityOf,
 		retryAfter: func(h http.Header, now time.Time) time.Duration {
 			return parseRetryAfter(h.Get("Retry-After"), h.Get("Date"), now)
 		},

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
@@ -78,7 +79,13 @@ func (t *tracer) startDelivery(ctx context.Context, r *route, m jetstream.Msg, e
 		return ctx
 	}
 	h := m.Headers()
-	ctx, ev.span = t.t.Start(tracing.Extract(ctx, h), "process "+ev.Subject, trace.WithSpanKind(trace.SpanKindConsumer))
+	parent := tracing.Extract(ctx, h)
+	if !r.forwardsBaggage() {
+		// The producer's baggage (internal key-values) stays inside: the
+		// tries inject what this context holds, sampled or not.
+		parent = baggage.ContextWithoutBaggage(parent)
+	}
+	ctx, ev.span = t.t.Start(parent, "process "+ev.Subject, trace.WithSpanKind(trace.SpanKindConsumer))
 	if !ev.span.IsRecording() {
 		// Not sampled: the span only carries the trace on. Its attributes
 		// are set after the sampling decision so that the unsampled
@@ -108,6 +115,13 @@ func (t *tracer) startDelivery(ctx context.Context, r *route, m jetstream.Msg, e
 	}
 	ev.span.SetAttributes(attrs...)
 	return ctx
+}
+
+// forwardsBaggage reports whether the route's destination enables
+// forward_baggage: only then does a message's W3C baggage reach it.
+func (r *route) forwardsBaggage() bool {
+	d := r.b.cfg.Destinations[r.cfg.Destination]
+	return d != nil && d.ForwardBaggage
 }
 
 // traceWait records time spent waiting (held by the open breaker, or for
@@ -211,9 +225,10 @@ func (dt *destTrace) startTry(ctx context.Context) (context.Context, trace.Span)
 }
 
 // inject returns a copy of the request headers carrying the try span's
-// traceparent (and tracestate, baggage) rendered by the propagator; any
-// trace header already there (configured headers) is replaced. The
-// message's own trace headers are never copied.
+// traceparent (and tracestate, and baggage when the destination forwards
+// it: startDelivery leaves none in ctx otherwise) rendered by the
+// propagator; any trace header already there (configured headers) is
+// replaced. The message's own trace headers are never copied.
 func (dt *destTrace) inject(ctx context.Context, h http.Header) http.Header {
 	// A shallow copy: the shared values are never written, only replaced
 	// (Set) or removed, in the copy.

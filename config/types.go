@@ -100,6 +100,9 @@ type Destination struct {
 	RateLimit   *RateLimit   `yaml:"rate_limit"`
 	Concurrency *Concurrency `yaml:"concurrency"`
 	RetryBudget *RetryBudget `yaml:"retry_budget"`
+	// ForwardBaggage lets the W3C baggage of a message's trace go on to
+	// the destination (README "Tracing"); false: it never does.
+	ForwardBaggage bool `yaml:"forward_baggage"`
 }
 
 // RateLimit caps the requests started to a destination: Requests per Per,

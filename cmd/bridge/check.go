@@ -185,6 +185,7 @@ type checkDestination struct {
 	CircuitBreaker string `json:"circuit_breaker"`
 	Signed         string `json:"signed"`
 	FlowControl    string `json:"flow_control"`
+	ForwardBaggage bool   `json:"forward_baggage"`
 }
 
 // natsText is where the configuration's NATS is, without secrets; source
@@ -237,7 +238,7 @@ func destinationRow(name string, d *config.Destination) checkDestination {
 	if d.Signing != nil && len(d.Signing.Secrets) > 0 {
 		signed = fmt.Sprintf("yes (%d key)", len(d.Signing.Secrets))
 	}
-	return checkDestination{name, d.URL.RedactedURL(), string(d.Format), d.Timeout.String(), tr, sr, cb, signed, flowText(d)}
+	return checkDestination{name, d.URL.RedactedURL(), string(d.Format), d.Timeout.String(), tr, sr, cb, signed, flowText(d), d.ForwardBaggage}
 }
 
 // flowText is a destination's flow control (README "Flow control") in
@@ -289,12 +290,21 @@ func printRoutingTable(w io.Writer, cfg *config.Config, source string) {
 
 	fmt.Fprintln(w, "\ndestinations:")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  DESTINATION\tURL\tFORMAT\tTIMEOUT\tTRANSPORT RETRY\tSTATUS RETRY\tCIRCUIT BREAKER\tSIGNED\tFLOW CONTROL")
+	fmt.Fprintln(tw, "  DESTINATION\tURL\tFORMAT\tTIMEOUT\tTRANSPORT RETRY\tSTATUS RETRY\tCIRCUIT BREAKER\tSIGNED\tFLOW CONTROL\tBAGGAGE")
 	for _, name := range cfg.DestinationNames() {
 		d := destinationRow(name, cfg.Destinations[name])
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Name, d.URL, d.Format, d.Timeout, d.TransportRetry, d.StatusRetry, d.CircuitBreaker, d.Signed, d.FlowControl)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Name, d.URL, d.Format, d.Timeout, d.TransportRetry, d.StatusRetry, d.CircuitBreaker, d.Signed, d.FlowControl, baggageText(d.ForwardBaggage))
 	}
 	tw.Flush()
+}
+
+// baggageText is the BAGGAGE column: whether a message's W3C baggage goes
+// on to the destination (forward_baggage).
+func baggageText(forward bool) string {
+	if forward {
+		return "forwarded"
+	}
+	return "not forwarded"
 }
 
 func retryText(b config.Backoff) string {
