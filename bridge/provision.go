@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -25,7 +26,7 @@ func (b *Bridge) Provision(ctx context.Context) error {
 	sc := b.cfg.Stream
 	if sc.Create {
 		if err := apiCall(ctx, func(ctx context.Context) error {
-			return ensureStream(ctx, b.js, sourceStreamConfig(sc))
+			return ensureStream(ctx, b.js, sourceStreamConfig(sc), b.warnDiffers)
 		}); err != nil {
 			return fmt.Errorf("bridge: stream %s: %w", sc.Name, err)
 		}
@@ -39,12 +40,12 @@ func (b *Bridge) Provision(ctx context.Context) error {
 		return fmt.Errorf("bridge: stream %s: %w", sc.Name, err)
 	}
 	if err := apiCall(ctx, func(ctx context.Context) error {
-		return ensureStream(ctx, b.js, deadLetterStreamConfig(b.cfg.DeadLetter))
+		return ensureStream(ctx, b.js, deadLetterStreamConfig(b.cfg.DeadLetter), b.warnDiffers)
 	}); err != nil {
 		return fmt.Errorf("bridge: dead-letter stream %s: %w", b.cfg.DeadLetter.Stream, err)
 	}
 	if err := apiCall(ctx, func(ctx context.Context) error {
-		if err := ensureStream(ctx, b.js, advisoryStreamConfig(b.cfg.DeadLetter, sc.Name)); err != nil {
+		if err := ensureStream(ctx, b.js, advisoryStreamConfig(b.cfg.DeadLetter, sc.Name), b.warnDiffers); err != nil {
 			return err
 		}
 		cons, err := b.js.CreateOrUpdateConsumer(ctx, AdvisoryStreamName(b.cfg.DeadLetter), jetstream.ConsumerConfig{
@@ -62,14 +63,14 @@ func (b *Bridge) Provision(ctx context.Context) error {
 		var kv jetstream.KeyValue
 		if err := apiCall(ctx, func(ctx context.Context) error {
 			var err error
-			kv, err = b.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			kv, err = ensureBucket(ctx, b.js, jetstream.KeyValueConfig{
 				Bucket:      b.cfg.Idempotency.Bucket,
 				Description: "jetbridge delivered event ids",
 				TTL:         b.cfg.Idempotency.TTL.D(),
 				History:     1,
 				Storage:     jetstream.FileStorage,
 				Replicas:    sc.Replicas,
-			})
+			}, b.warnDiffers)
 			return err
 		}); err != nil {
 			return fmt.Errorf("bridge: idempotency bucket %s: %w", b.cfg.Idempotency.Bucket, err)
@@ -84,13 +85,20 @@ func (b *Bridge) Provision(ctx context.Context) error {
 	return nil
 }
 
-// ensureStream creates the stream, or updates it when a setting the bridge
-// owns differs. A stream that already matches is left alone: besides
-// sparing a write, this keeps replicas starting together from updating a
-// stream while another one creates its consumer on it, a combination on
-// which nats-server v2.15 has a data race (fileStore.UpdateConfig against
+// ensureStream creates the stream, or updates the settings the bridge owns
+// (subjects, max age, duplicate window, replicas, description) when they
+// differ. Every other setting of an existing stream is the operator's and
+// is kept as it is: limits such as max_bytes, max_msgs, max_msg_size and
+// discard are never removed or loosened
+// (docs/deploy.md#what-provisioning-changes). Storage and retention cannot be changed on an existing stream:
+// a difference is reported through warn and left alone.
+//
+// A stream that already matches is left alone: besides sparing a write,
+// this keeps replicas starting together from updating a stream while
+// another one creates its consumer on it, a combination on which
+// nats-server v2.15 has a data race (fileStore.UpdateConfig against
 // fileStore.ConsumerStore).
-func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig) error {
+func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, warn func(what, key, have, want string)) error {
 	s, err := js.Stream(ctx, want.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		// Not CreateOrUpdateStream, which tries an update first: a replica
@@ -105,11 +113,76 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	if err != nil {
 		return err
 	}
-	if streamMatches(s.CachedInfo().Config, want) {
+	have := s.CachedInfo().Config
+	if have.Storage != want.Storage {
+		warn("stream "+want.Name, "storage", have.Storage.String(), want.Storage.String())
+	}
+	if have.Retention != want.Retention {
+		warn("stream "+want.Name, "retention", have.Retention.String(), want.Retention.String())
+	}
+	if streamMatches(have, want) {
 		return nil
 	}
-	_, err = js.UpdateStream(ctx, want)
+	upd := have
+	upd.Description = want.Description
+	upd.Subjects = want.Subjects
+	upd.MaxAge = want.MaxAge
+	upd.Duplicates = want.Duplicates
+	upd.Replicas = want.Replicas
+	upd.Sealed = want.Sealed
+	_, err = js.UpdateStream(ctx, upd)
 	return err
+}
+
+// ensureBucket opens the key-value bucket, or creates it with want when it
+// does not exist. Of an existing bucket the bridge applies only the TTL the
+// configuration states (the max age of its stream, and the duplicate
+// window that goes with it); every other setting, such as a max_bytes or a
+// max value size an operator set, is kept. A different history or storage
+// is reported through warn.
+func ensureBucket(ctx context.Context, js jetstream.JetStream, want jetstream.KeyValueConfig, warn func(what, key, have, want string)) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, want.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, want)
+		if errors.Is(err, jetstream.ErrBucketExists) { // another replica created it meanwhile
+			kv, err = js.KeyValue(ctx, want.Bucket)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	what := "idempotency bucket " + want.Bucket
+	if st.History() != int64(want.History) {
+		warn(what, "history", strconv.FormatInt(st.History(), 10), strconv.Itoa(int(want.History)))
+	}
+	if st.TTL() == want.TTL {
+		return kv, nil
+	}
+	// The bucket's stream, as nats.go names and configures it (kv.go:
+	// prepareKeyValueConfig): max age is the TTL, and the duplicate window
+	// is the TTL capped at 2 minutes.
+	s, err := js.Stream(ctx, "KV_"+want.Bucket)
+	if err != nil {
+		return nil, err
+	}
+	upd := s.CachedInfo().Config
+	upd.MaxAge = want.TTL
+	upd.Duplicates = min(want.TTL, 2*time.Minute)
+	if _, err := js.UpdateStream(ctx, upd); err != nil {
+		return nil, err
+	}
+	return kv, nil
+}
+
+// warnDiffers reports a setting of an existing stream or bucket that
+// differs from what the bridge would create and that it leaves alone.
+func (b *Bridge) warnDiffers(what, key, have, want string) {
+	b.log.Warn().Str("object", what).Str("setting", key).Str("have", have).Str("bridge_default", want).
+		Msg("an existing stream or bucket differs from what the bridge would create; it is left as it is")
 }
 
 // streamMatches reports whether have already carries every setting of want
