@@ -50,6 +50,10 @@ type parts struct {
 	// shrinkDeadLetter returns a reduced form of a dead letter that does
 	// not fit (see deadletter_store.go).
 	shrinkDeadLetter func(full *nats.Msg, to dlForm) *nats.Msg
+	// deadLetterMismatch says what makes the message a duplicate PubAck
+	// names on the dead-letter stream another than the dead letter sent,
+	// "" when it is this one (see deadletter_store.go).
+	deadLetterMismatch func(stored *jetstream.RawStreamMsg, sent *nats.Msg) string
 	// classifyAdvisory decides whether a safety-net failure is permanent.
 	classifyAdvisory advisoryClassifier
 	// safetyNet processes the stored MAX_DELIVERIES advisories until ctx
@@ -83,18 +87,19 @@ func defaultParts() parts {
 		request: func(ctx context.Context, d *destination, p *payload, now time.Time) (*http.Request, error) {
 			return p.request(ctx, d, now)
 		},
-		decide:           Decide,
-		pauseFor:         retryAfterPause,
-		progress:         (*route).progress,
-		ack:              ackMsg,
-		reservations:     newReservations,
-		shrinkDeadLetter: shrinkDeadLetter,
-		classifyAdvisory: classifyAdvisoryFailure,
-		safetyNet:        (*Bridge).advisories,
-		overlap:          overlapSlots,
-		pullHeartbeat:    pullHeartbeat,
-		keepContext:      keepContext,
-		beforeRetry:      (*response).finish,
+		decide:             Decide,
+		pauseFor:           retryAfterPause,
+		progress:           (*route).progress,
+		ack:                ackMsg,
+		reservations:       newReservations,
+		shrinkDeadLetter:   shrinkDeadLetter,
+		deadLetterMismatch: deadLetterMismatch,
+		classifyAdvisory:   classifyAdvisoryFailure,
+		safetyNet:          (*Bridge).advisories,
+		overlap:            overlapSlots,
+		pullHeartbeat:      pullHeartbeat,
+		keepContext:        keepContext,
+		beforeRetry:        (*response).finish,
 	}
 }
 
