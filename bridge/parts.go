@@ -77,7 +77,7 @@ type parts struct {
 
 // defaultParts are the parts of every production bridge.
 func defaultParts() parts {
-	return parts{
+	p := parts{
 		transportRetryable: func(_ *response, err error) bool { return isTransport(err) },
 		statusRetryable:    listedStatus,
 		breakerFailure:     breakerFailure,
@@ -87,20 +87,21 @@ func defaultParts() parts {
 		request: func(ctx context.Context, d *destination, p *payload, now time.Time) (*http.Request, error) {
 			return p.request(ctx, d, now)
 		},
-		decide:             Decide,
-		pauseFor:           retryAfterPause,
-		progress:           (*route).progress,
-		ack:                ackMsg,
-		reservations:       newReservations,
-		shrinkDeadLetter:   shrinkDeadLetter,
-		deadLetterMismatch: deadLetterMismatch,
-		classifyAdvisory:   classifyAdvisoryFailure,
-		safetyNet:          (*Bridge).advisories,
-		overlap:            overlapSlots,
-		pullHeartbeat:      pullHeartbeat,
-		keepContext:        keepContext,
-		beforeRetry:        (*response).finish,
+		decide:           Decide,
+		pauseFor:         retryAfterPause,
+		progress:         (*route).progress,
+		ack:              ackMsg,
+		reservations:     newReservations,
+		shrinkDeadLetter: shrinkDeadLetter,
+		classifyAdvisory: classifyAdvisoryFailure,
+		safetyNet:        (*Bridge).advisories,
+		overlap:          overlapSlots,
+		pullHeartbeat:    pullHeartbeat,
+		keepContext:      keepContext,
+		beforeRetry:      (*response).finish,
 	}
+	p.deadLetterMismatch = deadLetterMismatch
+	return p
 }
 
 // listedStatus is the status retry's condition: a response whose status is
