@@ -2,8 +2,11 @@ package bridge
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,6 +36,7 @@ const listInactive = 30 * time.Second
 // publish on the dead-letter prefix can store a dead letter.
 type DLQMessage struct {
 	Seq            uint64    // sequence on the dead-letter stream
+	Stream         string    // the dead-letter stream (set by Get and List)
 	DLQSubject     string    // <prefix>.<route>.<original subject>
 	Stored         time.Time // when the dead-letter stream stored it
 	Route          string    // Bridge-Route
@@ -75,7 +79,9 @@ type ReplayResult struct {
 	StreamSeq uint64 // its sequence there (the stored original's for a duplicate)
 	// Duplicate means JetStream refused the republished event as a
 	// duplicate of an earlier replay of the same dead letter inside the
-	// stream's duplicate window: nothing new was stored.
+	// stream's duplicate window: nothing new was stored. The message
+	// stored at StreamSeq was read back and is this dead letter's replay
+	// (else Replay returns a *ReplayCollisionError).
 	Duplicate bool
 	Kept      bool // the dead letter was left on the dead-letter stream
 }
@@ -96,6 +102,15 @@ type DLQ struct {
 	// pubOpts are the expectations of every replay's publish; OpenDLQ
 	// sets them to WithExpectStream(stream.name).
 	pubOpts []jetstream.PublishOpt
+	// replayID is the Nats-Msg-Id of a dead letter's replay; OpenDLQ sets
+	// it to ReplayMsgID. Tests swap in guessable schemes to show that
+	// their checks catch one.
+	replayID func(DLQMessage) string
+	// readBack decides, after a duplicate PubAck, whether the message
+	// stored at the acknowledged sequence is this replay; OpenDLQ sets it
+	// to (*DLQ).storedReplay. Tests swap in one that trusts every
+	// duplicate to show that their checks catch it.
+	readBack func(ctx context.Context, want *nats.Msg, ack *jetstream.PubAck) (mismatch string, err error)
 
 	mu sync.Mutex
 	s  jetstream.Stream // looked up on first use
@@ -107,13 +122,16 @@ type DLQ struct {
 // use, and a missing stream is an error matching
 // jetstream.ErrStreamNotFound.
 func OpenDLQ(js jetstream.JetStream, cfg *config.Config) *DLQ {
-	return &DLQ{
-		js:      js,
-		cfg:     cfg.DeadLetter,
-		source:  cfg.Stream.Name,
-		guard:   newReplayGuard(cfg).check,
-		pubOpts: []jetstream.PublishOpt{jetstream.WithExpectStream(cfg.Stream.Name)},
+	q := &DLQ{
+		js:       js,
+		cfg:      cfg.DeadLetter,
+		source:   cfg.Stream.Name,
+		guard:    newReplayGuard(cfg).check,
+		pubOpts:  []jetstream.PublishOpt{jetstream.WithExpectStream(cfg.Stream.Name)},
+		replayID: ReplayMsgID,
 	}
+	q.readBack = q.storedReplay
+	return q
 }
 
 // Stream is the name of the dead-letter stream.
@@ -223,6 +241,7 @@ func (q *DLQ) List(ctx context.Context, f DLQFilter, withData bool) ([]DLQMessag
 		h := m.Headers()
 		delete(h, "Nats-Msg-Size") // added to headers-only deliveries
 		d := decodeDeadLetter(seq, m.Subject(), md.Timestamp, h)
+		d.Stream = q.cfg.Stream
 		if withData {
 			d.Data = m.Data()
 		}
@@ -287,6 +306,7 @@ func (q *DLQ) Get(ctx context.Context, seq uint64) (DLQMessage, error) {
 		return DLQMessage{}, fmt.Errorf("bridge: dead letter %d on %s: %w", seq, q.cfg.Stream, err)
 	}
 	d := decodeDeadLetter(m.Sequence, m.Subject, m.Time, m.Header)
+	d.Stream = q.cfg.Stream
 	d.Data = m.Data
 	if d.Data == nil {
 		d.Data = []byte{}
@@ -326,12 +346,19 @@ func (q *DLQ) Delete(ctx context.Context, seq uint64) error {
 // keep.
 //
 // The republished event carries the original headers minus every Bridge-*
-// and Nats-* header, with Event-Id unchanged, Nats-Msg-Id
-// "<event id>:replay:<seq>" and Bridge-Replayed-From "<seq>". Replaying
-// the same dead letter again inside the source stream's duplicate window
-// therefore stores nothing new (Duplicate is set), which makes a replay
-// that was killed between the acknowledgement and the delete safe to run
-// again.
+// and Nats-* header, with Event-Id unchanged, Nats-Msg-Id ReplayMsgID(d)
+// (bound to the dead letter; no producer can compute it) and
+// Bridge-Replayed-From "<seq>". Replaying the same dead letter again inside
+// the source stream's duplicate window therefore stores nothing new
+// (Duplicate is set), which makes a replay that was killed between the
+// acknowledgement and the delete safe to run again.
+//
+// A duplicate PubAck is never taken on trust: the message stored at the
+// acknowledged sequence is read back, and only when it is this dead
+// letter's replay (same subject, Nats-Msg-Id, Event-Id, Bridge-Replayed-From
+// and payload) does the replay count and the dead letter go. Otherwise
+// Replay returns a *ReplayCollisionError (matching ErrReplayCollision),
+// publishes nothing more and keeps the dead letter.
 //
 // Every dead letter passes the replay guard first (see CheckReplay): a
 // refused one is an error matching ErrReplayRefused, nothing is published
@@ -373,7 +400,11 @@ func (q *DLQ) replayMsg(d DLQMessage) (*nats.Msg, error) {
 	if err := q.guard(d); err != nil {
 		return nil, err
 	}
-	return d.ReplayMsg()
+	id := q.replayID
+	if id == nil {
+		id = ReplayMsgID
+	}
+	return d.replayMsg(id(d))
 }
 
 // jsErrStreamNotMatch is JetStream's "expected stream does not match":
@@ -407,7 +438,85 @@ func (q *DLQ) republish(ctx context.Context, d DLQMessage) (ReplayResult, error)
 		return res, &ReplayRefusedError{Seq: d.Seq, Subject: d.Subject,
 			Reason: fmt.Sprintf("acknowledged by stream %s, not %s; the dead letter is kept", ack.Stream, q.source)}
 	}
+	if ack.Duplicate {
+		// Nothing was stored: something else holds this id. It counts only
+		// when it is this replay (an earlier run of it).
+		mismatch, err := q.readBack(ctx, msg, ack)
+		if err != nil {
+			return res, fmt.Errorf("bridge: replay dead letter %d: duplicate of %s seq %d, which could not be read back (the dead letter is kept): %w",
+				d.Seq, ack.Stream, ack.Sequence, err)
+		}
+		if mismatch != "" {
+			return res, &ReplayCollisionError{Seq: d.Seq, Stream: ack.Stream, StreamSeq: ack.Sequence, Mismatch: mismatch}
+		}
+	}
 	return res, nil
+}
+
+// ErrReplayCollision means a replay's PubAck was a duplicate of a message
+// that is not this dead letter's replay: nothing was stored, and the dead
+// letter is kept.
+var ErrReplayCollision = errors.New("bridge: replay collision")
+
+// ReplayCollisionError is a replay that JetStream answered as a duplicate
+// of a message that, read back, is not this dead letter's replay: someone
+// stored another message under the replay's Nats-Msg-Id. Nothing was
+// stored and the dead letter is kept. It matches ErrReplayCollision.
+type ReplayCollisionError struct {
+	Seq       uint64 // the dead letter's sequence on the dead-letter stream
+	Stream    string // the stream that answered
+	StreamSeq uint64 // the sequence of the message it holds under the id
+	// Mismatch names what differs (a header name or "payload"), never a
+	// value.
+	Mismatch string
+}
+
+func (e *ReplayCollisionError) Error() string {
+	return fmt.Sprintf("bridge: dead letter %d kept: replay collision: %s seq %d holds another message under this replay's Nats-Msg-Id (%s); nothing was stored",
+		e.Seq, e.Stream, e.StreamSeq, e.Mismatch)
+}
+
+func (e *ReplayCollisionError) Is(target error) bool { return target == ErrReplayCollision }
+
+// storedReplay reads back the message that a duplicate PubAck names and
+// says what makes it another message than want (names only), or "" when
+// it is want as JetStream stores it. A message that is gone is a
+// mismatch: nothing proves the replay was stored.
+func (q *DLQ) storedReplay(ctx context.Context, want *nats.Msg, ack *jetstream.PubAck) (string, error) {
+	s, err := q.js.Stream(ctx, ack.Stream)
+	if err != nil {
+		return "", err
+	}
+	m, err := s.GetMsg(ctx, ack.Sequence)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return "it is gone, so it cannot be read back", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	return replayMismatch(m.Subject, m.Header, m.Data, want), nil
+}
+
+// replayMismatch compares a stored message with the replay want: subject,
+// Nats-Msg-Id, Event-Id, Bridge-Replayed-From and the payload's SHA-256.
+// It returns what differs, or "".
+func replayMismatch(subject string, h nats.Header, data []byte, want *nats.Msg) string {
+	var diff []string
+	if subject != want.Subject {
+		diff = append(diff, "subject")
+	}
+	for _, k := range []string{jetstream.MsgIDHeader, producer.HeaderEventID, HeaderReplayedFrom} {
+		if !slices.Equal(h[k], want.Header[k]) {
+			diff = append(diff, k)
+		}
+	}
+	if sha256.Sum256(data) != sha256.Sum256(want.Data) {
+		diff = append(diff, "payload")
+	}
+	if len(diff) == 0 {
+		return ""
+	}
+	return "different " + strings.Join(diff, ", ")
 }
 
 // ReplayMsg is the message built from d's headers, as Replay publishes it
@@ -417,6 +526,10 @@ func (q *DLQ) republish(ctx context.Context, d DLQMessage) (ReplayResult, error)
 // republished. The payload is d.Data, so d must come from Get or List
 // withData for a real replay.
 func (d DLQMessage) ReplayMsg() (*nats.Msg, error) {
+	return d.replayMsg(ReplayMsgID(d))
+}
+
+func (d DLQMessage) replayMsg(id string) (*nats.Msg, error) {
 	if d.Subject == "" {
 		return nil, notReplayable(d.Seq, "no "+HeaderOriginalSubject+" header")
 	}
@@ -435,15 +548,30 @@ func (d DLQMessage) ReplayMsg() (*nats.Msg, error) {
 	}
 	seq := strconv.FormatUint(d.Seq, 10)
 	h.Set(producer.HeaderEventID, d.EventID)
-	h.Set(jetstream.MsgIDHeader, ReplayMsgID(d.EventID, d.Seq))
+	h.Set(jetstream.MsgIDHeader, id)
 	h.Set(HeaderReplayedFrom, seq)
 	return &nats.Msg{Subject: d.Subject, Header: h, Data: d.Data}, nil
 }
 
-// ReplayMsgID is the Nats-Msg-Id of the replay of dead letter seq: two
-// replays of one dead letter inside the duplicate window store one event.
-func ReplayMsgID(eventID string, seq uint64) string {
-	return eventID + ":replay:" + strconv.FormatUint(seq, 10)
+// replayIDDomain starts what ReplayMsgID digests, so that no other digest
+// of the same fields is ever the same id.
+const replayIDDomain = "jetbridge replay v1"
+
+// ReplayMsgID is the Nats-Msg-Id of the replay of dead letter d: "replay:"
+// and 22 base64url characters (the first 128 bits) of the SHA-256 of the
+// dead-letter stream's name, d's sequence there, the time that stream
+// stored d (to the nanosecond) and the SHA-256 of d's payload. Two replays
+// of one dead letter inside the source stream's duplicate window store one
+// event. A producer cannot compute it: the stored time is known only to
+// readers of the dead-letter stream, and the payload is bound in too, so it
+// cannot make a replay a "duplicate" of a message of its own. d must come
+// from Get (or List withData).
+func ReplayMsgID(d DLQMessage) string {
+	payload := sha256.Sum256(d.Data)
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%s\x00%d\x00%d\x00", replayIDDomain, d.Stream, d.Seq, d.Stored.UnixNano())
+	h.Write(payload[:])
+	return "replay:" + base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:16])
 }
 
 // replayDrops reports whether a dead letter's header stays behind on

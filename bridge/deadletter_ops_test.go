@@ -299,7 +299,10 @@ func TestDLQReplay(t *testing.T) {
 	}
 
 	// When one is replayed with keep, then again without
-	first := all[0]
+	first, err := q.Get(ctx, all[0].Seq)
+	if err != nil {
+		t.Fatal(err)
+	}
 	r1, err := q.Replay(ctx, first.Seq, true)
 	if err != nil {
 		t.Fatal(err)
@@ -337,7 +340,7 @@ func TestDLQReplay(t *testing.T) {
 	wantHdr := nats.Header{
 		producer.HeaderEventID: {first.EventID},
 		"X-Custom":             {"c" + first.EventID},
-		jetstream.MsgIDHeader:  {first.EventID + ":replay:" + fmt.Sprint(first.Seq)},
+		jetstream.MsgIDHeader:  {ReplayMsgID(first)},
 		HeaderReplayedFrom:     {fmt.Sprint(first.Seq)},
 		// the expectation that only the configured stream may store it
 		jetstream.ExpectedStreamHeader: {h.cfg.Stream.Name},

@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -567,4 +568,356 @@ routes: [{name: r, subjects: ["events.>"], destination: d}]
 	expectBroken(t, "no stream expectation", func(t testing.TB) error {
 		return check(t, func(q *DLQ) { q.pubOpts = nil })
 	})
+}
+
+// attackYAML is the reported setup: one route on events.>, the whole
+// namespace a producer may publish on, to a destination that rejects
+// until it is fixed.
+const attackYAML = `
+destinations:
+  d:
+    url: %s
+    circuit_breaker: {enabled: false}
+routes:
+  - name: r
+    subjects: ["events.>"]
+    destination: d
+`
+
+// The victim's event and the attacker's message.
+var (
+	fallPayload     = []byte(`{"patient":"p-1","event":"fall"}`)
+	attackerPayload = []byte(`{"attacker":true}`)
+)
+
+const (
+	fallSubject  = "events.critical.sensor.fall"
+	noiseSubject = "events.info.noise"
+)
+
+// victim is the event fall-7 dead-lettered as dlq seq 1 (its destination
+// answered 400), the destination since fixed, and a DLQ that swap may
+// break.
+type victim struct {
+	h    *harness
+	sink *sinktest.Sink
+	q    *DLQ
+	d    DLQMessage // the dead letter, payload included
+}
+
+func newVictim(t testing.TB, swap func(q *DLQ)) (*victim, error) {
+	sink := sinktest.New(t, sinktest.Always(400))
+	h := startBridge(t, testConfig(t, attackYAML, sink.URL()), faults{})
+	h.publish(fallSubject, "fall-7", fallPayload, map[string]string{producer.HeaderEventID: "fall-7"})
+	if got := h.waitOutcomes(1, settleWait, outcomeIs(OutcomeDeadLettered)); len(got) != 1 {
+		return nil, errors.New("fall-7 was not dead-lettered")
+	}
+	if err := quietErr(h, "r", 10*time.Second); err != nil {
+		return nil, err
+	}
+	sink.SetScript(sinktest.Always(200))
+	q := OpenDLQ(h.js, h.cfg)
+	swap(q)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d, err := q.Get(ctx, 1)
+	if err != nil {
+		return nil, err
+	}
+	return &victim{h: h, sink: sink, q: q, d: d}, nil
+}
+
+// plantEvent is the attacker: a producer allowed on events.> publishes its
+// own message with the victim's Event-Id under the given Nats-Msg-Id.
+func (v *victim) plantEvent(id string) uint64 {
+	return v.h.publish(noiseSubject, id, attackerPayload, map[string]string{producer.HeaderEventID: "fall-7"})
+}
+
+// replays returns the source stream's messages that carry
+// Bridge-Replayed-From, by sequence.
+func (v *victim) replays(ctx context.Context) (map[uint64]*jetstream.RawStreamMsg, error) {
+	s, err := v.h.js.Stream(ctx, v.h.cfg.Stream.Name)
+	if err != nil {
+		return nil, err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[uint64]*jetstream.RawStreamMsg{}
+	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			return nil, err
+		}
+		if m.Header.Get(HeaderReplayedFrom) != "" {
+			out[seq] = m
+		}
+	}
+	return out, nil
+}
+
+// checkVictimKept: the dead letter is still on the dead-letter stream with
+// its payload and reason, and no replay of it was stored.
+func (v *victim) checkKept(ctx context.Context) []error {
+	var errs []error
+	if d, err := v.q.Get(ctx, v.d.Seq); err != nil {
+		errs = append(errs, fmt.Errorf("the dead letter is gone: %v", err))
+	} else if string(d.Data) != string(fallPayload) || d.Reason != ReasonRejected || d.EventID != "fall-7" {
+		errs = append(errs, errors.New("the dead letter changed"))
+	}
+	if reps, err := v.replays(ctx); err != nil {
+		errs = append(errs, err)
+	} else if len(reps) != 0 {
+		errs = append(errs, fmt.Errorf("%d replays stored, want none", len(reps)))
+	}
+	return errs
+}
+
+// checkVictimReplayed: the replay at seq was stored as this dead letter's
+// replay (the real payload on the original subject) and is the only one,
+// and the dead letter is gone.
+func (v *victim) checkReplayed(ctx context.Context, seq uint64) []error {
+	var errs []error
+	if _, err := v.q.Get(ctx, v.d.Seq); !errors.Is(err, ErrDeadLetterNotFound) {
+		errs = append(errs, fmt.Errorf("the dead letter is still there (%v), want deleted", err))
+	}
+	reps, err := v.replays(ctx)
+	if err != nil {
+		return append(errs, err)
+	}
+	m := reps[seq]
+	switch {
+	case len(reps) != 1 || m == nil:
+		errs = append(errs, fmt.Errorf("replays stored at %v, want exactly seq %d", slices.Sorted(maps.Keys(reps)), seq))
+	case m.Subject != fallSubject || string(m.Data) != string(fallPayload) || m.Header.Get(HeaderReplayedFrom) != "1" ||
+		m.Header.Get(producer.HeaderEventID) != "fall-7" || m.Header.Get(jetstream.MsgIDHeader) != ReplayMsgID(v.d):
+		errs = append(errs, fmt.Errorf("seq %d is not the replay of dead letter 1", seq))
+	}
+	return errs
+}
+
+// checkPlantedReplayID is the reported attack with the replay's own id: a
+// producer's message stored under the Nats-Msg-Id that the replay of
+// dead letter 1 carries (as the current scheme makes it, for an attacker
+// who somehow learnt it), then "dlq replay 1". The duplicate PubAck must
+// be read back: the dead letter is kept, the collision reported, nothing
+// stored.
+func checkPlantedReplayID(t testing.TB, swap func(q *DLQ)) error {
+	v, err := newVictim(t, swap)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	msg, err := v.q.replayMsg(v.d)
+	if err != nil {
+		return err
+	}
+	planted := v.plantEvent(msg.Header.Get(jetstream.MsgIDHeader))
+
+	res, err := v.q.Replay(ctx, v.d.Seq, false)
+	var errs []error
+	var c *ReplayCollisionError
+	wantText := fmt.Sprintf("bridge: dead letter 1 kept: replay collision: EVENTS seq %d holds another message under this replay's Nats-Msg-Id "+
+		"(different subject, %s, payload); nothing was stored", planted, HeaderReplayedFrom)
+	switch {
+	case err == nil:
+		errs = append(errs, fmt.Errorf("replay succeeded (%+v), want a collision", res))
+	case !errors.As(err, &c) || !errors.Is(err, ErrReplayCollision) || c.Seq != 1 || c.Stream != "EVENTS" || c.StreamSeq != planted:
+		errs = append(errs, fmt.Errorf("replay error %v, want a *ReplayCollisionError naming EVENTS seq %d", err, planted))
+	case err.Error() != wantText:
+		errs = append(errs, fmt.Errorf("collision text %q, want %q", err, wantText))
+	}
+	errs = append(errs, v.checkKept(ctx)...)
+	return errors.Join(errs...)
+}
+
+// checkGuessedReplayIDs is the attack by a producer who guesses: it stores
+// messages under the old scheme's id (fall-7:replay:1) and under the
+// current scheme computed without the payload and the stored time, or with
+// a payload and time it guessed. None of them is the replay's id: the
+// replay stores the real event, verified, and deletes the dead letter.
+func checkGuessedReplayIDs(t testing.TB, swap func(q *DLQ)) error {
+	v, err := newVictim(t, swap)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	guesses := []string{
+		"fall-7:replay:1",
+		ReplayMsgID(DLQMessage{Stream: v.d.Stream, Seq: 1}),
+		ReplayMsgID(DLQMessage{Stream: v.d.Stream, Seq: 1, Data: []byte(`{"patient":"p-1"}`), Stored: v.d.Stored.Truncate(time.Second)}),
+	}
+	for _, id := range guesses {
+		v.plantEvent(id)
+	}
+	res, err := v.q.Replay(ctx, v.d.Seq, false)
+	if err != nil {
+		return errors.Join(fmt.Errorf("replay: %w", err), errors.Join(v.checkKept(ctx)...))
+	}
+	var errs []error
+	if res.Duplicate || res.Kept || res.Stream != "EVENTS" || res.StreamSeq != uint64(2+len(guesses)) {
+		errs = append(errs, fmt.Errorf("replay %+v, want stored anew as EVENTS seq %d and deleted", res, 2+len(guesses)))
+	}
+	errs = append(errs, v.checkReplayed(ctx, res.StreamSeq)...)
+	// and the destination gets the real payload
+	if !waitUntil(settleWait, func() bool {
+		for _, r := range v.sink.Requests() {
+			// the envelope carries the payload as its data
+			if r.Header.Get(sinktest.EventIDHeader) == "fall-7" && bytes.Contains(r.Body, fallPayload) {
+				return true
+			}
+		}
+		return false
+	}) {
+		errs = append(errs, errors.New("the real fall-7 never reached the fixed destination"))
+	}
+	return errors.Join(errs...)
+}
+
+// checkGenuineDuplicate is a replay that stored its event and died before
+// deleting the dead letter (republish, the first half of Replay, through
+// the same code path), then run again: the duplicate PubAck is read back,
+// recognised as this replay, counted as replayed and the dead letter goes.
+func checkGenuineDuplicate(t testing.TB, swap func(q *DLQ)) error {
+	v, err := newVictim(t, swap)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	first, err := v.q.republish(ctx, v.d)
+	if err != nil || first.Duplicate {
+		return fmt.Errorf("first half of the replay: %+v, %v", first, err)
+	}
+	res, err := v.q.Replay(ctx, v.d.Seq, false)
+	if err != nil {
+		return errors.Join(fmt.Errorf("replay after the crash: %w", err), errors.Join(v.checkKept(ctx)...))
+	}
+	var errs []error
+	if !res.Duplicate || res.Kept || res.StreamSeq != first.StreamSeq {
+		errs = append(errs, fmt.Errorf("replay after the crash %+v, want a duplicate of EVENTS seq %d, deleted", res, first.StreamSeq))
+	}
+	return errors.Join(append(errs, v.checkReplayed(ctx, first.StreamSeq)...)...)
+}
+
+// Broken variants of the replay, for the negative controls.
+var (
+	// trustDuplicates takes a duplicate PubAck as success, as the code
+	// before the read-back did.
+	trustDuplicates = func(q *DLQ) {
+		q.readBack = func(context.Context, *nats.Msg, *jetstream.PubAck) (string, error) { return "", nil }
+	}
+	// distrustDuplicates calls every duplicate a collision.
+	distrustDuplicates = func(q *DLQ) {
+		q.readBack = func(context.Context, *nats.Msg, *jetstream.PubAck) (string, error) { return "distrusted", nil }
+	}
+	// oldReplayID is the guessable scheme before: "<event id>:replay:<seq>".
+	oldReplayID = func(q *DLQ) {
+		q.replayID = func(d DLQMessage) string { return d.EventID + ":replay:" + fmt.Sprint(d.Seq) }
+	}
+	// unboundReplayID is a digest of the dead-letter stream and sequence
+	// only: not bound to the payload or the stored time.
+	unboundReplayID = func(q *DLQ) {
+		q.replayID = func(d DLQMessage) string { return ReplayMsgID(DLQMessage{Stream: d.Stream, Seq: d.Seq}) }
+	}
+)
+
+func TestReplayCollisionKeepsTheDeadLetter(t *testing.T) {
+	if err := checkPlantedReplayID(t, func(*DLQ) {}); err != nil {
+		t.Fatal(err)
+	}
+	expectBroken(t, "a duplicate PubAck trusted", func(t testing.TB) error { return checkPlantedReplayID(t, trustDuplicates) })
+}
+
+func TestReplayIDCannotBeGuessed(t *testing.T) {
+	if err := checkGuessedReplayIDs(t, func(*DLQ) {}); err != nil {
+		t.Fatal(err)
+	}
+	expectBroken(t, "the old <event id>:replay:<seq> id", func(t testing.TB) error { return checkGuessedReplayIDs(t, oldReplayID) })
+	expectBroken(t, "an id not bound to the payload and stored time", func(t testing.TB) error { return checkGuessedReplayIDs(t, unboundReplayID) })
+}
+
+func TestReplayGenuineDuplicateDeletes(t *testing.T) {
+	if err := checkGenuineDuplicate(t, func(*DLQ) {}); err != nil {
+		t.Fatal(err)
+	}
+	expectBroken(t, "every duplicate called a collision", func(t testing.TB) error { return checkGenuineDuplicate(t, distrustDuplicates) })
+}
+
+func TestReplayMsgID(t *testing.T) {
+	stored := time.Date(2026, 3, 1, 10, 0, 0, 123456789, time.UTC)
+	base := DLQMessage{Stream: "EVENTS_DLQ", Seq: 1, Stored: stored, Data: fallPayload, EventID: "fall-7", Subject: fallSubject}
+	id := ReplayMsgID(base)
+	if len(id) != len("replay:")+22 || !strings.HasPrefix(id, "replay:") || strings.Trim(id[len("replay:"):], "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_") != "" {
+		t.Fatalf("ReplayMsgID = %q, want replay: and 22 base64url characters", id)
+	}
+	if ReplayMsgID(base) != id {
+		t.Fatal("ReplayMsgID is not deterministic")
+	}
+	// Header-only fields do not matter; every bound field does.
+	other := base
+	other.EventID, other.Subject, other.Header = "x", "events.x", nats.Header{"X": {"y"}}
+	if ReplayMsgID(other) != id {
+		t.Error("ReplayMsgID depends on more than the stream, sequence, stored time and payload")
+	}
+	for name, change := range map[string]func(d *DLQMessage){
+		"stream":      func(d *DLQMessage) { d.Stream = "OTHER_DLQ" },
+		"sequence":    func(d *DLQMessage) { d.Seq = 2 },
+		"stored time": func(d *DLQMessage) { d.Stored = d.Stored.Add(time.Nanosecond) },
+		"payload":     func(d *DLQMessage) { d.Data = []byte(`{"patient":"p-1","event":"fall "}`) },
+		"no payload":  func(d *DLQMessage) { d.Data = nil },
+	} {
+		d := base
+		change(&d)
+		if ReplayMsgID(d) == id {
+			t.Errorf("ReplayMsgID does not change with the %s", name)
+		}
+	}
+}
+
+func TestReplayMismatch(t *testing.T) {
+	d := DLQMessage{Stream: "EVENTS_DLQ", Seq: 3, Stored: time.Now(), Data: fallPayload, EventID: "fall-7", Subject: fallSubject,
+		Header: nats.Header{producer.HeaderEventID: {"fall-7"}, "X-Custom": {"c"}}}
+	want, err := d.ReplayMsg()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := func() (string, nats.Header, []byte) {
+		h := nats.Header{}
+		for k, vs := range want.Header {
+			h[k] = slices.Clone(vs)
+		}
+		h.Set(jetstream.ExpectedStreamHeader, "EVENTS") // kept by JetStream
+		return want.Subject, h, slices.Clone(want.Data)
+	}
+	if s, h, data := stored(); replayMismatch(s, h, data, want) != "" {
+		t.Fatalf("the stored replay itself: mismatch %q", replayMismatch(s, h, data, want))
+	}
+	for name, tc := range map[string]struct {
+		change func(s *string, h nats.Header, data *[]byte)
+		want   string
+	}{
+		"subject":       {func(s *string, _ nats.Header, _ *[]byte) { *s = noiseSubject }, "different subject"},
+		"msg id":        {func(_ *string, h nats.Header, _ *[]byte) { h.Set(jetstream.MsgIDHeader, "x") }, "different Nats-Msg-Id"},
+		"event id":      {func(_ *string, h nats.Header, _ *[]byte) { h.Set(producer.HeaderEventID, "fall-8") }, "different Event-Id"},
+		"replayed from": {func(_ *string, h nats.Header, _ *[]byte) { h.Set(HeaderReplayedFrom, "4") }, "different Bridge-Replayed-From"},
+		"no replayed":   {func(_ *string, h nats.Header, _ *[]byte) { h.Del(HeaderReplayedFrom) }, "different Bridge-Replayed-From"},
+		"two replayed":  {func(_ *string, h nats.Header, _ *[]byte) { h.Add(HeaderReplayedFrom, "3") }, "different Bridge-Replayed-From"},
+		"payload":       {func(_ *string, _ nats.Header, data *[]byte) { (*data)[0] = '[' }, "different payload"},
+		"empty payload": {func(_ *string, _ nats.Header, data *[]byte) { *data = nil }, "different payload"},
+		"all but msg id": {func(s *string, h nats.Header, data *[]byte) {
+			*s = noiseSubject
+			h.Del(HeaderReplayedFrom)
+			*data = attackerPayload
+		}, "different subject, Bridge-Replayed-From, payload"},
+	} {
+		s, h, data := stored()
+		tc.change(&s, h, &data)
+		if got := replayMismatch(s, h, data, want); got != tc.want {
+			t.Errorf("%s: mismatch %q, want %q", name, got, tc.want)
+		}
+	}
 }

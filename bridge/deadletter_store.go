@@ -2,9 +2,12 @@ package bridge
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/textproto"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -89,7 +92,17 @@ func (r *route) deadLetter(ctx context.Context, orig nats.Header, data []byte, e
 		Data:    data,
 	}
 	limit := r.b.js.Conn().MaxPayload()
-	form, err := storeDeadLetter(ctx, r.b.js, full, limit, r.b.parts.shrinkDeadLetter)
+	form, err := storeDeadLetter(ctx, r.b.js, dl.Stream, full, limit, r.b.parts.shrinkDeadLetter, r.b.parts.deadLetterMismatch)
+	if form.plantedSeq != 0 {
+		// Names and sequences only: the planted message is untrusted.
+		e := r.log.Warn().Str("stream", ev.Stream).Uint64("stream_seq", ev.Seq).
+			Str("dlq_stream", dl.Stream).Uint64("planted_dlq_seq", form.plantedSeq).Str("mismatch", form.mismatch)
+		if err == nil {
+			e.Uint64("dlq_seq", form.seq).Msg("dead-letter id collision: the dead-letter stream held another message under this dead letter's Nats-Msg-Id; stored again under a new id")
+		} else {
+			e.Msg("dead-letter id collision: the dead-letter stream held another message under this dead letter's Nats-Msg-Id; not stored again, the message is left for redelivery")
+		}
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -221,6 +234,99 @@ type dlStored struct {
 	stored    bool   // false: a duplicate of a copy stored before
 	seq       uint64 // its sequence on the dead-letter stream (the earlier copy's for a duplicate)
 	refusedBy string // why a larger form was not used: max_payload, stream_max_msg_size, header_size, header_format
+	// plantedSeq is, when the first publish was answered as a duplicate of
+	// a message that is not this dead letter, that message's sequence on
+	// the dead-letter stream (and mismatch what differs, names only); the
+	// dead letter was then stored again under DeadLetterRestoreID.
+	plantedSeq uint64
+	mismatch   string
+}
+
+// ErrDeadLetterCollision means a dead letter could not be stored because
+// its Nats-Msg-Id, and the id it is stored again under, were both taken by
+// other messages; the source message is left for redelivery.
+var ErrDeadLetterCollision = errors.New("bridge: dead letter id taken by another message")
+
+// DeadLetterRestoreID is the Nats-Msg-Id a dead letter is stored again
+// under when the dead-letter stream answered its first publish as a
+// duplicate of another message (one planted under
+// "dlq:<route>:<stream>:<seq>"): that id, ":", and 22 base64url characters
+// (the first 128 bits) of the SHA-256 of it, the planted message's
+// sequence and stored time (to the nanosecond) and the SHA-256 of the
+// payload. A producer cannot plant it in advance (it cannot read the
+// planted message's stored time), and a retried dead-lettering of the
+// same delivery computes the same id, so it still stores one copy.
+func DeadLetterRestoreID(id string, planted uint64, plantedAt time.Time, data []byte) string {
+	payload := sha256.Sum256(data)
+	h := sha256.New()
+	fmt.Fprintf(h, "jetbridge dead letter v1\x00%s\x00%d\x00%d\x00", id, planted, plantedAt.UnixNano())
+	h.Write(payload[:])
+	return id + ":" + base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:16])
+}
+
+// dlCompared are the headers that make two dead letters the same one:
+// the id, where it came from, and the form it was stored in.
+var dlCompared = []string{jetstream.MsgIDHeader, producer.HeaderEventID, HeaderRoute, HeaderOriginalStream,
+	HeaderOriginalSequence, HeaderOriginalSubject, HeaderPayloadOmitted, HeaderHeadersOmitted}
+
+// deadLetterMismatch compares the message a duplicate PubAck names, read
+// back from the dead-letter stream, with the dead letter sent: the
+// subject, the headers of dlCompared, every original (not Bridge-*, not
+// Nats-*) header and the payload's SHA-256 (empty, with the same
+// Bridge-Payload-Omitted, for a dead letter stored without it). It
+// returns what differs (names only), or "" when stored is this dead
+// letter: a retried dead-lettering of the same delivery, whatever its
+// reason, time or delivery count. See parts.
+func deadLetterMismatch(stored *jetstream.RawStreamMsg, sent *nats.Msg) string {
+	var diff []string
+	if stored.Subject != sent.Subject {
+		diff = append(diff, "subject")
+	}
+	for _, k := range dlCompared {
+		if !slices.Equal(stored.Header[k], sent.Header[k]) {
+			diff = append(diff, k)
+		}
+	}
+	if !sameOriginalHeaders(stored.Header, sent.Header) {
+		diff = append(diff, "original headers")
+	}
+	if sha256.Sum256(stored.Data) != sha256.Sum256(sent.Data) {
+		diff = append(diff, "payload")
+	}
+	return strings.Join(diff, ", ")
+}
+
+// sameOriginalHeaders reports whether a and b hold the same original
+// headers (every one but the Bridge-* and Nats-* ones and those of
+// dlCompared), values in order.
+func sameOriginalHeaders(a, b nats.Header) bool {
+	original := func(k string) bool { return !ownHeader(k) && !slices.Contains(dlCompared, k) }
+	n := 0
+	for k, vs := range a {
+		if !original(k) {
+			continue
+		}
+		n++
+		if !slices.Equal(vs, b[k]) {
+			return false
+		}
+	}
+	for k := range b {
+		if original(k) {
+			n--
+		}
+	}
+	return n == 0
+}
+
+// withMsgID is a copy of m (headers copied) with another Nats-Msg-Id.
+func withMsgID(m *nats.Msg, id string) *nats.Msg {
+	h := make(nats.Header, len(m.Header))
+	for k, vs := range m.Header {
+		h[k] = append([]string(nil), vs...)
+	}
+	h.Set(jetstream.MsgIDHeader, id)
+	return &nats.Msg{Subject: m.Subject, Header: h, Data: m.Data}
 }
 
 // storeDeadLetter publishes the dead letter in the largest form that fits:
@@ -230,8 +336,17 @@ type dlStored struct {
 // sending); a refusal for size or format by the client or the stream
 // (which may have its own max_msg_size) moves on to the next form. Every form carries the same
 // Nats-Msg-Id, so a retry stores one copy.
-func storeDeadLetter(ctx context.Context, js jetstream.JetStream, full *nats.Msg, limit int64,
-	shrink func(*nats.Msg, dlForm) *nats.Msg) (dlStored, error) {
+//
+// A duplicate PubAck is never taken on trust: the message it names is read
+// back from the dead-letter stream (stream) and compared by mismatch
+// (deadLetterMismatch). When it is another message (planted under this
+// dead letter's id), the dead letter is stored again under
+// DeadLetterRestoreID; when that too is answered as a duplicate of
+// another message, or nothing can be read back, it returns an error and
+// the caller leaves the source message for redelivery: a dead letter is
+// never lost to a planted id.
+func storeDeadLetter(ctx context.Context, js jetstream.JetStream, stream string, full *nats.Msg, limit int64,
+	shrink func(*nats.Msg, dlForm) *nats.Msg, mismatch func(stored *jetstream.RawStreamMsg, sent *nats.Msg) string) (dlStored, error) {
 	out := dlStored{form: dlFull}
 	m := full
 	for out.form < dlMinimal {
@@ -245,6 +360,31 @@ func storeDeadLetter(ctx context.Context, js jetstream.JetStream, full *nats.Msg
 	}
 	for {
 		ack, err := js.PublishMsg(ctx, m)
+		if err == nil && ack.Duplicate {
+			stored, rerr := readDeadLetter(ctx, js, stream, ack.Sequence)
+			if rerr != nil {
+				return out, fmt.Errorf("bridge: dead letter answered as a duplicate of %s seq %d, which could not be read back: %w", stream, ack.Sequence, rerr)
+			}
+			diff := "it is gone"
+			if stored != nil {
+				diff = mismatch(stored, m)
+			}
+			if diff != "" {
+				if out.plantedSeq != 0 {
+					return out, fmt.Errorf("%w: %s seq %d and seq %d", ErrDeadLetterCollision, stream, out.plantedSeq, ack.Sequence)
+				}
+				// Planted: store it again under an id no producer can
+				// plant, in the same form.
+				var at time.Time
+				if stored != nil {
+					at = stored.Time
+				}
+				out.plantedSeq, out.mismatch = ack.Sequence, diff
+				full = withMsgID(full, DeadLetterRestoreID(full.Header.Get(jetstream.MsgIDHeader), ack.Sequence, at, full.Data))
+				m = shrink(full, out.form)
+				continue
+			}
+		}
 		if err == nil {
 			out.stored, out.seq = !ack.Duplicate, ack.Sequence
 			return out, nil
@@ -260,6 +400,20 @@ func storeDeadLetter(ctx context.Context, js jetstream.JetStream, full *nats.Msg
 		out.refusedBy = why
 		m = shrink(full, out.form)
 	}
+}
+
+// readDeadLetter reads message seq of the dead-letter stream; nil when
+// it is gone.
+func readDeadLetter(ctx context.Context, js jetstream.JetStream, stream string, seq uint64) (*jetstream.RawStreamMsg, error) {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return nil, err
+	}
+	m, err := s.GetMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
+	}
+	return m, err
 }
 
 // describe is the Bridge-Error text: the typed failure's own message, which

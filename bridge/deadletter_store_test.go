@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -465,5 +466,244 @@ func TestTooLarge(t *testing.T) {
 		if why != tc.want || ok != (tc.want != "") {
 			t.Errorf("tooLarge(%v) = %q %t, want %q", tc.err, why, ok, tc.want)
 		}
+	}
+}
+
+// plantDeadLetterID stores a message on the dead-letter subject of route
+// r for subject under the Nats-Msg-Id the real dead letter of the given
+// source sequence will carry, as a producer allowed on the dead-letter
+// prefix could (without the README's permissions). It returns its
+// sequence on the dead-letter stream.
+func plantDeadLetterID(t testing.TB, js jetstream.JetStream, id, subject string) uint64 {
+	t.Helper()
+	h := nats.Header{}
+	h.Set(jetstream.MsgIDHeader, id)
+	h.Set(producer.HeaderEventID, "fall-7")
+	h.Set(HeaderRoute, "r")
+	h.Set(HeaderReason, ReasonRejected)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: "dlq.r." + subject, Header: h, Data: attackerPayload})
+	if err != nil || ack.Duplicate {
+		t.Fatalf("plant: %+v, %v", ack, err)
+	}
+	return ack.Sequence
+}
+
+// trustDeadLetterDuplicates is the broken variant of deadLetterMismatch:
+// every duplicate PubAck is taken as this dead letter, as before the
+// read-back.
+func trustDeadLetterDuplicates(*jetstream.RawStreamMsg, *nats.Msg) string { return "" }
+
+// The suspected pre-planting: a message stored on the dead-letter
+// subject under "dlq:r:EVENTS:1" before the real dead-lettering of EVENTS
+// seq 1. The dead-letter stream answers the real one as a duplicate; the
+// bridge reads back what is stored there, sees another message, stores
+// the dead letter again under an id no producer can plant, and only then
+// terminates the source message. A warning names the route and the
+// sequences, and no payload or header value.
+func TestPlantedDeadLetterIDIsNotTrusted(t *testing.T) {
+	check := func(t testing.TB, mismatch func(*jetstream.RawStreamMsg, *nats.Msg) string) error {
+		sink := sinktest.New(t, sinktest.Always(400))
+		cfg := testConfig(t, attackYAML, sink.URL())
+		h := startTweaked(t, natstest.Start(t), cfg, func(b *Bridge) {
+			if mismatch != nil {
+				b.parts.deadLetterMismatch = mismatch
+			}
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		planted := plantDeadLetterID(t, h.js, DeadLetterMsgID("r", "EVENTS", 1), fallSubject)
+		seq := h.publish(fallSubject, "fall-7", fallPayload, map[string]string{producer.HeaderEventID: "fall-7", "X-Ward": "w-3"})
+		if seq != 1 {
+			return fmt.Errorf("source seq %d, want 1", seq)
+		}
+		out := h.waitOutcomes(1, settleWait, nil)
+		if len(out) != 1 || out[0].Outcome != OutcomeDeadLettered {
+			return fmt.Errorf("settlements %+v, want one dead letter", out)
+		}
+		if err := quietErr(h, "r", 10*time.Second); err != nil {
+			return fmt.Errorf("source message not terminated: %w", err)
+		}
+		var errs []error
+		dl := h.deadLetters()
+		if len(dl) != 2 || dl[0].Sequence != planted {
+			return fmt.Errorf("%d messages on the dead-letter stream, want the planted one (seq %d) and the real dead letter", len(dl), planted)
+		}
+		real := dl[1]
+		wantID := DeadLetterRestoreID(DeadLetterMsgID("r", "EVENTS", 1), planted, dl[0].Time, fallPayload)
+		for k, want := range map[string]string{
+			jetstream.MsgIDHeader: wantID, producer.HeaderEventID: "fall-7", "X-Ward": "w-3",
+			HeaderReason: ReasonRejected, HeaderStatus: "400", HeaderRoute: "r",
+			HeaderOriginalStream: "EVENTS", HeaderOriginalSequence: "1", HeaderOriginalSubject: fallSubject,
+		} {
+			if got := real.Header.Get(k); got != want {
+				errs = append(errs, fmt.Errorf("real dead letter %s = %q, want %q", k, got, want))
+			}
+		}
+		if string(real.Data) != string(fallPayload) || real.Subject != "dlq.r."+fallSubject {
+			errs = append(errs, errors.New("the real dead letter lost its payload or subject"))
+		}
+		// and it replays like any other
+		sink.SetScript(sinktest.Always(200))
+		if res, err := OpenDLQ(h.js, cfg).Replay(ctx, real.Sequence, false); err != nil || res.Duplicate {
+			errs = append(errs, fmt.Errorf("replay of the real dead letter: %+v, %v", res, err))
+		}
+		logs := h.logs.String()
+		if n := logLines(logs, `"level":"warn"`, "dead-letter id collision", `"route":"r"`, `"stream":"EVENTS"`, `"stream_seq":1`,
+			fmt.Sprintf(`"planted_dlq_seq":%d`, planted), fmt.Sprintf(`"dlq_seq":%d`, real.Sequence), "stored again under a new id"); n != 1 {
+			errs = append(errs, fmt.Errorf("%d collision warnings naming the route and sequences, want 1", n))
+		}
+		for _, line := range strings.Split(logs, "\n") {
+			if strings.Contains(line, "dead-letter id collision") && (strings.Contains(line, "fall-7") || strings.Contains(line, "w-3") ||
+				strings.Contains(line, "patient") || strings.Contains(line, "attacker") || strings.Contains(line, "dlq:r:")) {
+				errs = append(errs, fmt.Errorf("the collision warning carries a payload or header value: %s", line))
+			}
+		}
+		return errors.Join(errs...)
+	}
+	if err := check(t, nil); err != nil {
+		t.Fatal(err)
+	}
+	expectBroken(t, "a duplicate PubAck trusted", func(t testing.TB) error { return check(t, trustDeadLetterDuplicates) })
+}
+
+// deadLetterTwice dead-letters one delivery (EVENTS seq 1 on route r)
+// twice through the route, with other reasons as a second replica or the
+// safety net would, and returns both sequences on the dead-letter stream.
+func deadLetterTwice(t testing.TB, h *harness) ([2]uint64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	hdr := nats.Header{producer.HeaderEventID: {"fall-7"}, "X-Ward": {"w-3"}, jetstream.MsgIDHeader: {"fall-7"}}
+	ev := &event{ID: "fall-7", Subject: fallSubject, Stream: "EVENTS", Seq: 1, Delivered: 1}
+	var seqs [2]uint64
+	var err error
+	if seqs[0], err = h.b.routes[0].deadLetter(ctx, hdr, fallPayload, ev, ReasonRejected, ErrGivenUp); err != nil {
+		return seqs, err
+	}
+	ev.Delivered = 5
+	seqs[1], err = h.b.routes[0].deadLetter(ctx, hdr, fallPayload, ev, ReasonMaxDeliveries, ErrGivenUp)
+	return seqs, err
+}
+
+// A retried dead-lettering of the same delivery (another reason, time and
+// delivery count) is read back, recognised and stores one copy; so is one
+// retried after the dead letter was stored again under its restore id.
+// Both ids taken by other messages: an error, so the message is
+// redelivered rather than lost.
+func TestDeadLetterDuplicateReadBack(t *testing.T) {
+	start := func(t testing.TB, mismatch func(*jetstream.RawStreamMsg, *nats.Msg) string) *harness {
+		sink := sinktest.New(t, sinktest.Always(200))
+		return startTweaked(t, natstest.Start(t), testConfig(t, attackYAML, sink.URL()), func(b *Bridge) {
+			if mismatch != nil {
+				b.parts.deadLetterMismatch = mismatch
+			}
+		})
+	}
+	genuine := func(t testing.TB, mismatch func(*jetstream.RawStreamMsg, *nats.Msg) string) error {
+		h := start(t, mismatch)
+		seqs, err := deadLetterTwice(t, h)
+		if err != nil {
+			return err
+		}
+		if n := len(h.deadLetters()); n != 1 || seqs[0] != seqs[1] {
+			return fmt.Errorf("dead-lettered twice: %d copies at %v, want one", n, seqs)
+		}
+		return nil
+	}
+	if err := genuine(t, nil); err != nil {
+		t.Fatal(err)
+	}
+	expectBroken(t, "every duplicate called another message", func(t testing.TB) error {
+		return genuine(t, func(*jetstream.RawStreamMsg, *nats.Msg) string { return "distrusted" })
+	})
+
+	t.Run("retried after a planted id", func(t *testing.T) {
+		h := start(t, nil)
+		planted := plantDeadLetterID(t, h.js, DeadLetterMsgID("r", "EVENTS", 1), fallSubject)
+		seqs, err := deadLetterTwice(t, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(h.deadLetters()); n != 2 || seqs[0] != seqs[1] || seqs[0] == planted {
+			t.Fatalf("%d messages on the dead-letter stream, dead letter at %v; want the planted one and one copy", n, seqs)
+		}
+	})
+
+	t.Run("both ids taken", func(t *testing.T) {
+		h := start(t, nil)
+		planted := plantDeadLetterID(t, h.js, DeadLetterMsgID("r", "EVENTS", 1), fallSubject)
+		// an attacker who could read the planted message's stored time
+		m, err := h.deadLetters()[0], error(nil)
+		if m.Sequence != planted {
+			t.Fatal("planted message not found")
+		}
+		plantDeadLetterID(t, h.js, DeadLetterRestoreID(DeadLetterMsgID("r", "EVENTS", 1), planted, m.Time, fallPayload), fallSubject)
+		_, err = deadLetterTwice(t, h)
+		if !errors.Is(err, ErrDeadLetterCollision) {
+			t.Fatalf("dead-lettering with both ids taken: %v, want ErrDeadLetterCollision", err)
+		}
+		if n := len(h.deadLetters()); n != 2 {
+			t.Fatalf("%d messages on the dead-letter stream, want the 2 planted ones", n)
+		}
+	})
+}
+
+func TestDeadLetterMismatch(t *testing.T) {
+	sent := &nats.Msg{Subject: "dlq.r." + fallSubject, Data: fallPayload, Header: nats.Header{
+		jetstream.MsgIDHeader: {"dlq:r:EVENTS:1"}, producer.HeaderEventID: {"fall-7"}, "X-Ward": {"w-3"}, "X-Multi": {"a", "b"},
+		HeaderRoute: {"r"}, HeaderReason: {ReasonRejected}, HeaderOriginalStream: {"EVENTS"}, HeaderOriginalSequence: {"1"},
+		HeaderOriginalSubject: {fallSubject}, HeaderFailedAt: {"2026-03-01T10:00:00Z"}, jetstream.ExpectedStreamHeader: {"EVENTS_DLQ"},
+	}}
+	stored := func() *jetstream.RawStreamMsg {
+		h := nats.Header{}
+		for k, vs := range sent.Header {
+			h[k] = slices.Clone(vs)
+		}
+		return &jetstream.RawStreamMsg{Subject: sent.Subject, Header: h, Data: slices.Clone(sent.Data), Sequence: 1}
+	}
+	if got := deadLetterMismatch(stored(), sent); got != "" {
+		t.Fatalf("the dead letter itself: %q", got)
+	}
+	omitted := shrinkDeadLetter(sent, dlNoPayload)
+	for name, tc := range map[string]struct {
+		change func(m *jetstream.RawStreamMsg)
+		want   string
+	}{
+		"another reason, time, count": {func(m *jetstream.RawStreamMsg) {
+			m.Header.Set(HeaderReason, ReasonMaxDeliveries)
+			m.Header.Set(HeaderFailedAt, "2026-03-01T11:00:00Z")
+			m.Header.Set(HeaderDeliveries, "5")
+		}, ""},
+		"subject":                    {func(m *jetstream.RawStreamMsg) { m.Subject = "dlq.r.events.x" }, "subject"},
+		"route":                      {func(m *jetstream.RawStreamMsg) { m.Header.Set(HeaderRoute, "r2") }, HeaderRoute},
+		"source stream":              {func(m *jetstream.RawStreamMsg) { m.Header.Del(HeaderOriginalStream) }, HeaderOriginalStream},
+		"source sequence":            {func(m *jetstream.RawStreamMsg) { m.Header.Set(HeaderOriginalSequence, "2") }, HeaderOriginalSequence},
+		"source subject":             {func(m *jetstream.RawStreamMsg) { m.Header.Set(HeaderOriginalSubject, "events.x") }, HeaderOriginalSubject},
+		"event id":                   {func(m *jetstream.RawStreamMsg) { m.Header.Set(producer.HeaderEventID, "fall-8") }, producer.HeaderEventID},
+		"an original header changed": {func(m *jetstream.RawStreamMsg) { m.Header.Set("X-Ward", "w-4") }, "original headers"},
+		"an original value dropped":  {func(m *jetstream.RawStreamMsg) { m.Header.Set("X-Multi", "a") }, "original headers"},
+		"an original header added":   {func(m *jetstream.RawStreamMsg) { m.Header.Set("X-Extra", "x") }, "original headers"},
+		"an original header missing": {func(m *jetstream.RawStreamMsg) { m.Header.Del("X-Ward") }, "original headers"},
+		"payload":                    {func(m *jetstream.RawStreamMsg) { m.Data = attackerPayload }, "payload"},
+		"payload omitted":            {func(m *jetstream.RawStreamMsg) { m.Data = nil; m.Header.Set(HeaderPayloadOmitted, "32") }, HeaderPayloadOmitted + ", payload"},
+		"planted": {func(m *jetstream.RawStreamMsg) {
+			m.Header = nats.Header{jetstream.MsgIDHeader: {"dlq:r:EVENTS:1"}, producer.HeaderEventID: {"fall-7"}, HeaderRoute: {"r"}}
+			m.Data = attackerPayload
+		}, strings.Join([]string{HeaderOriginalStream, HeaderOriginalSequence, HeaderOriginalSubject, "original headers", "payload"}, ", ")},
+	} {
+		m := stored()
+		tc.change(m)
+		if got := deadLetterMismatch(m, sent); got != tc.want {
+			t.Errorf("%s: mismatch %q, want %q", name, got, tc.want)
+		}
+	}
+	// a dead letter stored without its payload matches the same form
+	m := &jetstream.RawStreamMsg{Subject: omitted.Subject, Header: omitted.Header, Data: nil}
+	if got := deadLetterMismatch(m, omitted); got != "" {
+		t.Errorf("the payload-omitted form itself: %q", got)
+	}
+	if got := deadLetterMismatch(m, sent); got != HeaderPayloadOmitted+", payload" {
+		t.Errorf("the payload-omitted form against the full one: %q", got)
 	}
 }

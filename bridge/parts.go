@@ -53,6 +53,10 @@ type parts struct {
 	// shrinkDeadLetter returns a reduced form of a dead letter that does
 	// not fit (see deadletter_store.go).
 	shrinkDeadLetter func(full *nats.Msg, to dlForm) *nats.Msg
+	// deadLetterMismatch says what makes the message a duplicate PubAck
+	// names on the dead-letter stream another than the dead letter sent,
+	// "" when it is this one (see deadletter_store.go).
+	deadLetterMismatch func(stored *jetstream.RawStreamMsg, sent *nats.Msg) string
 	// classifyAdvisory decides whether a safety-net failure is permanent.
 	classifyAdvisory advisoryClassifier
 	// safetyNet processes the stored MAX_DELIVERIES advisories until ctx
@@ -76,7 +80,7 @@ type parts struct {
 
 // defaultParts are the parts of every production bridge.
 func defaultParts() parts {
-	return parts{
+	p := parts{
 		transportRetryable: func(_ *response, err error) bool { return isTransport(err) },
 		statusRetryable:    listedStatus,
 		breakerFailure:     breakerFailure,
@@ -100,6 +104,8 @@ func defaultParts() parts {
 		keepContext:      keepContext,
 		beforeRetry:      (*response).finish,
 	}
+	p.deadLetterMismatch = deadLetterMismatch
+	return p
 }
 
 // listedStatus is the status retry's condition: a response whose status is

@@ -601,6 +601,9 @@ type replayLine struct {
 	Duplicate bool   `json:"duplicate"`
 	Kept      bool   `json:"kept"`
 	DryRun    bool   `json:"dry_run,omitempty"`
+	// Collision: the stream answered "duplicate" for a message that is not
+	// this dead letter's replay (Stream and Seq name it); nothing stored.
+	Collision bool   `json:"collision,omitempty"`
 	Error     string `json:"error,omitempty"` // not replayed: why
 }
 
@@ -628,7 +631,9 @@ from the dead-letter stream unless --keep. Select with --all (narrowed by
 --route and --reason) or by SEQ. Each line names the dead letter
 (dlq_seq=N) and where the event was stored (stream=NAME seq=N); the last
 line counts them: "replayed N" includes duplicates (already replayed within
-the stream's duplicate window). A dead letter from another stream, for a
+the stream's duplicate window, read back and checked to be this dead
+letter's replay). A duplicate of any other message is a collision: reported,
+kept, counted as failed (exit 1). A dead letter from another stream, for a
 subject outside the stream's or its route's subjects, for a system, inbox or
 dead-letter subject, or stored without its payload is refused: reported
 with the reason, kept, counted as failed (exit 1); --dry-run shows the
@@ -710,7 +715,12 @@ func (r *replayer) fail(bar progress, d bridge.DLQMessage, err error) {
 	r.failed++
 	bar.println(r.stderr, failLine(err))
 	if r.json {
-		_ = cli.WriteJSON(r.stdout, replayLine{DLQSeq: d.Seq, EventID: d.EventID, Subject: d.Subject, Kept: true, Error: errText(err)})
+		line := replayLine{DLQSeq: d.Seq, EventID: d.EventID, Subject: d.Subject, Kept: true, Error: errText(err)}
+		var c *bridge.ReplayCollisionError
+		if errors.As(err, &c) {
+			line.Stream, line.Seq, line.Duplicate, line.Collision = c.Stream, c.StreamSeq, true, true
+		}
+		_ = cli.WriteJSON(r.stdout, line)
 	}
 }
 

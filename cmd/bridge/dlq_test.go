@@ -688,3 +688,54 @@ func TestDLQShowAndReplayJSON(t *testing.T) {
 		t.Errorf("replay summary %s", got[1])
 	}
 }
+
+// The reported attack through the command: a producer stores its own
+// message (another subject and payload, the victim's Event-Id) under the
+// Nats-Msg-Id that the replay of dead letter 1 carries, then
+// "dlq replay 1": the duplicate is read back, the collision reported, the
+// dead letter kept, exit 1. A genuine duplicate (the same replay run again
+// after --keep) still counts as replayed and deletes.
+func TestDLQReplayCollision(t *testing.T) {
+	e := newDLQEnv(t, 400)
+	id := e.reject("events.info.a.one")
+	e.sink.SetScript(sinktest.Always(200))
+	q := bridge.OpenDLQ(e.js, e.cfg)
+	d, err := q.Get(e.ctx(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := nats.Header{producer.HeaderEventID: {id}}
+	h.Set(jetstream.MsgIDHeader, bridge.ReplayMsgID(d))
+	ack, err := e.js.PublishMsg(e.ctx(), &nats.Msg{Subject: "events.info.a.noise", Header: h, Data: []byte(`{"attacker":true}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantErr := fmt.Sprintf("bridge: dead letter 1 kept: replay collision: EVENTS seq %d holds another message under this replay's Nats-Msg-Id "+
+		"(different subject, Bridge-Replayed-From, payload); nothing was stored\n", ack.Sequence)
+
+	r := e.run("dlq", "replay", "1")
+	if r.code != 1 || r.stderr != wantErr || r.stdout != "replayed 0, duplicates 0, kept 0, failed 1\n" {
+		t.Fatalf("replay onto a planted id: %s\nwant stderr %q", r, wantErr)
+	}
+	r = e.run("dlq", "replay", "--all", "--json")
+	got := lines(r.stdout)
+	var line replayLine
+	var sum replaySummary
+	if r.code != 1 || r.stderr != wantErr || len(got) != 2 || json.Unmarshal([]byte(got[0]), &line) != nil || json.Unmarshal([]byte(got[1]), &sum) != nil {
+		t.Fatalf("replay --json onto a planted id: %s", r)
+	}
+	if want := (replayLine{DLQSeq: 1, EventID: id, Subject: "events.info.a.one", Stream: "EVENTS", Seq: ack.Sequence, Duplicate: true, Kept: true,
+		Collision: true, Error: strings.TrimPrefix(strings.TrimSuffix(wantErr, "\n"), "bridge: ")}); line != want {
+		t.Errorf("replay --json line %+v, want %+v", line, want)
+	}
+	if sum.Summary.Replayed != 0 || sum.Summary.Failed != 1 {
+		t.Errorf("replay --json summary %s", got[1])
+	}
+	// the dead letter is still there, with its payload
+	if r := e.run("dlq", "show", "1", "--json", "--payload"); r.code != 0 || !strings.Contains(r.stdout, `"payload":"{\"n\":1}"`) {
+		t.Errorf("dead letter 1 after the collision: %s", r)
+	}
+	if n := e.streamMsgs("EVENTS"); n != 2 {
+		t.Errorf("source stream holds %d messages, want the event and the planted one", n)
+	}
+}
