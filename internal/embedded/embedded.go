@@ -31,6 +31,10 @@ var (
 	// ErrStoreDirLocked: another embedded server (in this process or
 	// another) holds Options.StoreDir; the error is a *StoreDirLockedError.
 	ErrStoreDirLocked = errors.New("embedded: store dir is in use by another embedded server")
+	// ErrUnsafeLockFile: the store dir's lock file is a symbolic link, not
+	// a regular file, or a file with other hard links; the error is an
+	// *UnsafeLockFileError.
+	ErrUnsafeLockFile = errors.New("embedded: unsafe store dir lock file")
 )
 
 // AddrInUseError is the error of Start when a listen address is taken.
@@ -130,7 +134,10 @@ type Server struct {
 // (errors.Is(err, syscall.EADDRINUSE) holds). The store directory is locked
 // (a lock file in it) for as long as the server runs: a second server on
 // the same directory gets a *StoreDirLockedError (ErrStoreDirLocked)
-// instead of sharing, and corrupting, the first one's files.
+// instead of sharing, and corrupting, the first one's files. A lock file
+// that is a symbolic link, not a regular file, or hard-linked elsewhere is
+// never opened through nor written: Start fails with an
+// *UnsafeLockFileError (ErrUnsafeLockFile).
 func Start(ctx context.Context, opts Options) (*Server, error) {
 	host, port, err := parseListen(opts.Listen, opts.AllowNonLoopback)
 	if err != nil {
