@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -119,10 +120,11 @@ type Cluster struct {
 
 // Server is a running embedded nats-server with JetStream enabled.
 type Server struct {
-	ns   *server.Server
-	addr string
-	url  string
-	lock *storeLock
+	ns       *server.Server
+	addr     string
+	url      string
+	lock     *storeLock
+	warnings []string
 }
 
 // Start validates opts, starts the server with JetStream and waits until it
@@ -173,6 +175,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	warnings := storeDirWarnings(storeDir)
 	started := false
 	defer func() {
 		if !started {
@@ -218,8 +221,41 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		return nil, err
 	}
 	started = true
-	srv.lock = lock
+	srv.lock, srv.warnings = lock, warnings
 	return srv, nil
+}
+
+// Warnings are what Start found wrong but not bad enough to refuse to
+// start: a store dir writable by other users. The package logs nothing
+// itself; the caller logs them (bridge run at warn level).
+func (s *Server) Warnings() []string { return s.warnings }
+
+// storeDirWarnings warns about a store dir that users other than its
+// owner and group may write to: they could change the stored messages, or
+// plant links and files in it.
+func storeDirWarnings(dir string) []string {
+	fi, err := os.Stat(dir)
+	if err != nil || fi.Mode().Perm()&0o002 == 0 {
+		return nil
+	}
+	return []string{fmt.Sprintf("store dir %s is writable by other users (mode %04o): any user of this host can change the stored messages "+
+		"or plant files in it; remove their write permission (chmod o-w %s)", dir, unixMode(fi.Mode()), dir)}
+}
+
+// unixMode is m as chmod(1) numbers it, with the setuid, setgid and
+// sticky bits.
+func unixMode(m os.FileMode) uint32 {
+	mode := uint32(m.Perm())
+	if m&os.ModeSetuid != 0 {
+		mode |= 0o4000
+	}
+	if m&os.ModeSetgid != 0 {
+		mode |= 0o2000
+	}
+	if m&os.ModeSticky != 0 {
+		mode |= 0o1000
+	}
+	return mode
 }
 
 // run starts ns and waits until it is ready; on failure it is shut down.
