@@ -18,6 +18,16 @@
 //     listing what they saw so far. A method that can fail the test takes
 //     the test as its first argument, so it can be called from a subtest.
 //
+// The kit's connections (Server.JetStream, Server.Conn, Server.Connect, and
+// so every Bridge's) talk to the kit's own server only. Every server has a
+// name of its own, kept across restarts, and each dial, the first and every
+// reconnect, checks the name the server announces before the client sends
+// anything, credentials included. If another server answers on the port
+// (another test's server took it while this one was down), the connection
+// is closed and the test fails naming both servers: nothing is published to
+// or consumed from a foreign server. Server.Restart never comes back on a
+// port someone else took: it fails the test at once, naming the port.
+//
 // A wait fails the test with t.Fatalf: call it from the goroutine running
 // the test. The package imports the standard library, nats.go and
 // jetbridge's public packages (bridge, config, producer); its stability is

@@ -170,13 +170,27 @@ func (s *Server) Conn() *nats.Conn {
 
 // Connect opens another connection, authenticated with Credentials,
 // reconnecting forever every 20 ms unless opts say otherwise (they are
-// applied last), and closes it in t.Cleanup. Give a producer under test a
-// connection of its own, e.g. Connect(t, nats.ReconnectBufSize(-1)) for
-// one that must see publish errors while the server is away.
+// applied last), and closes it in t.Cleanup. Like every connection of the
+// kit it talks to this server only, never to another server that took its
+// port (package documentation); a nats.SetCustomDialer in opts replaces
+// that check. Give a producer under test a connection of its own, e.g.
+// Connect(t, nats.ReconnectBufSize(-1)) for one that must see publish
+// errors while the server is away.
 func (s *Server) Connect(t testing.TB, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
 	all := append(s.Credentials().Options(), nats.Name("jetbridgetest"))
-	return natstest.Connect(t, s.URL(), append(all, opts...)...)
+	return natstest.ConnectPinned(t, s.URL(), s.identity(), append(all, opts...)...)
+}
+
+// identity is what the kit's connections accept (natstest.ConnectPinned).
+func (s *Server) identity() natstest.Identity {
+	switch {
+	case s.cluster != nil:
+		return s.cluster.Identity()
+	case s.auth != nil:
+		return s.auth.Identity()
+	}
+	return s.single.Identity()
 }
 
 // Shutdown stops the server (every node of a cluster) and waits for it;
@@ -199,7 +213,9 @@ func (s *Server) Shutdown() {
 // same store and port, with the same credentials, and waits until
 // JetStream answers. Streams, consumers and stored messages survive.
 // A cluster is restarted one node at a time, each back in the cluster
-// before the next goes down.
+// before the next goes down. If the port was taken while the server was
+// down (by any listener, e.g. another test's server), Restart fails the
+// test at once, naming the port.
 func (s *Server) Restart(t testing.TB) {
 	t.Helper()
 	switch {

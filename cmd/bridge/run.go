@@ -137,6 +137,11 @@ func runDaemon(ctx context.Context, cfg *config.Config, log zerolog.Logger, part
 	}
 	defer conn.close()
 	state.nc.Store(conn.nc)
+	if conn.srv != nil {
+		for _, w := range conn.srv.Warnings() {
+			log.Warn().Str("key", "nats.embedded.store_dir").Msg(w)
+		}
+	}
 
 	tp, err := startTracing(ctx, cfg, reg, log)
 	if err != nil {

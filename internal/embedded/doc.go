@@ -16,6 +16,15 @@
 //     lock file in it (flock, dropped by the kernel if the process dies) and
 //     Shutdown releases it; a second server on the same directory is
 //     refused with ErrStoreDirLocked.
+//   - The lock file is never followed or shared: it is opened with
+//     O_NOFOLLOW and must be a regular file with a single link, else Start
+//     fails with ErrUnsafeLockFile, naming the path and why, and writes
+//     nothing (a link planted in the store dir cannot make the server
+//     truncate another file).
+//   - A store dir that other users may write to (o+w, e.g. a mode 0777
+//     Kubernetes volume) is reported, not refused: Server.Warnings names
+//     the directory and its mode. The package never logs by itself; the
+//     caller logs the warnings (bridge run does, at warn level).
 //   - The client listener is on a loopback address unless the caller opts out
 //     with AllowNonLoopback.
 //

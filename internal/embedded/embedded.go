@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -31,6 +32,10 @@ var (
 	// ErrStoreDirLocked: another embedded server (in this process or
 	// another) holds Options.StoreDir; the error is a *StoreDirLockedError.
 	ErrStoreDirLocked = errors.New("embedded: store dir is in use by another embedded server")
+	// ErrUnsafeLockFile: the store dir's lock file is a symbolic link, not
+	// a regular file, or a file with other hard links; the error is an
+	// *UnsafeLockFileError.
+	ErrUnsafeLockFile = errors.New("embedded: unsafe store dir lock file")
 )
 
 // AddrInUseError is the error of Start when a listen address is taken.
@@ -115,10 +120,11 @@ type Cluster struct {
 
 // Server is a running embedded nats-server with JetStream enabled.
 type Server struct {
-	ns   *server.Server
-	addr string
-	url  string
-	lock *storeLock
+	ns       *server.Server
+	addr     string
+	url      string
+	lock     *storeLock
+	warnings []string
 }
 
 // Start validates opts, starts the server with JetStream and waits until it
@@ -130,7 +136,10 @@ type Server struct {
 // (errors.Is(err, syscall.EADDRINUSE) holds). The store directory is locked
 // (a lock file in it) for as long as the server runs: a second server on
 // the same directory gets a *StoreDirLockedError (ErrStoreDirLocked)
-// instead of sharing, and corrupting, the first one's files.
+// instead of sharing, and corrupting, the first one's files. A lock file
+// that is a symbolic link, not a regular file, or hard-linked elsewhere is
+// never opened through nor written: Start fails with an
+// *UnsafeLockFileError (ErrUnsafeLockFile).
 func Start(ctx context.Context, opts Options) (*Server, error) {
 	host, port, err := parseListen(opts.Listen, opts.AllowNonLoopback)
 	if err != nil {
@@ -166,6 +175,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	warnings := storeDirWarnings(storeDir)
 	started := false
 	defer func() {
 		if !started {
@@ -211,8 +221,41 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		return nil, err
 	}
 	started = true
-	srv.lock = lock
+	srv.lock, srv.warnings = lock, warnings
 	return srv, nil
+}
+
+// Warnings are what Start found wrong but not bad enough to refuse to
+// start: a store dir writable by other users. The package logs nothing
+// itself; the caller logs them (bridge run at warn level).
+func (s *Server) Warnings() []string { return s.warnings }
+
+// storeDirWarnings warns about a store dir that users other than its
+// owner and group may write to: they could change the stored messages, or
+// plant links and files in it.
+func storeDirWarnings(dir string) []string {
+	fi, err := os.Stat(dir)
+	if err != nil || fi.Mode().Perm()&0o002 == 0 {
+		return nil
+	}
+	return []string{fmt.Sprintf("store dir %s is writable by other users (mode %04o): any user of this host can change the stored messages "+
+		"or plant files in it; remove their write permission (chmod o-w %s)", dir, unixMode(fi.Mode()), dir)}
+}
+
+// unixMode is m as chmod(1) numbers it, with the setuid, setgid and
+// sticky bits.
+func unixMode(m os.FileMode) uint32 {
+	mode := uint32(m.Perm())
+	if m&os.ModeSetuid != 0 {
+		mode |= 0o4000
+	}
+	if m&os.ModeSetgid != 0 {
+		mode |= 0o2000
+	}
+	if m&os.ModeSticky != 0 {
+		mode |= 0o1000
+	}
+	return mode
 }
 
 // run starts ns and waits until it is ready; on failure it is shut down.

@@ -126,6 +126,7 @@ func (c Creds) YAML() string {
 // running client.
 type AuthServer struct {
 	method AuthMethod
+	name   string // server name, unique: ConnectPinned tells it from others
 	dir    string // credentials, certificates, keys
 	store  string // JetStream store dir
 	addr   string // 127.0.0.1:PORT, pinned at the first start
@@ -170,7 +171,7 @@ func (authLog) Tracef(string, ...any)  {}
 // (Creds), waits until JetStream answers, and shuts it down in t.Cleanup.
 func StartAuth(t testing.TB, method AuthMethod) *AuthServer {
 	t.Helper()
-	s := &AuthServer{method: method, dir: t.TempDir(), store: t.TempDir(), addr: "127.0.0.1:0"}
+	s := &AuthServer{method: method, name: uniqueName("natstest-auth"), dir: t.TempDir(), store: t.TempDir(), addr: "127.0.0.1:0"}
 	switch method {
 	case AuthTLS, AuthMutualTLS:
 		s.ca = NewCA(t, s.dir, "ca")
@@ -191,6 +192,10 @@ func (s *AuthServer) URL() string { return "nats://" + s.addr }
 
 // StoreDir is the JetStream store dir.
 func (s *AuthServer) StoreDir() string { return s.store }
+
+// Identity is the server's name, kept across Restart: what ConnectPinned
+// accepts.
+func (s *AuthServer) Identity() Identity { return Identity{Names: []string{s.name}} }
 
 // Creds are the credentials the running server accepts.
 func (s *AuthServer) Creds() Creds {
@@ -272,7 +277,8 @@ func (s *AuthServer) Shutdown() {
 // Restart stops the server (if running) and starts it again on the same
 // store dir and port, now accepting creds (from NewCreds, or Creds for the
 // same ones) instead, and waits until JetStream answers with them.
-// For TLS methods the server keeps its certificate.
+// For TLS methods the server keeps its certificate. A port taken while
+// the server was down fails the test at once, naming it.
 func (s *AuthServer) Restart(t testing.TB, creds Creds) {
 	t.Helper()
 	s.Shutdown()
@@ -296,6 +302,11 @@ func (s *AuthServer) start(t testing.TB) {
 	}
 	deadline := time.Now().Add(startTimeout)
 	for {
+		if portN != server.RANDOM_PORT {
+			// A restart: the port is free since our shutdown, unless
+			// someone else took it; then fail at once, naming it.
+			probeFree(t, s.addr)
+		}
 		opts := s.serverOptions(t, host, portN)
 		ns, err := server.NewServer(opts)
 		if err != nil {
@@ -321,7 +332,7 @@ func (s *AuthServer) start(t testing.TB) {
 func (s *AuthServer) serverOptions(t testing.TB, host string, port int) *server.Options {
 	t.Helper()
 	o := &server.Options{
-		ServerName: "natstest-auth",
+		ServerName: s.name,
 		Host:       host,
 		Port:       port,
 		JetStream:  true,

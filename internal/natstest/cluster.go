@@ -56,7 +56,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 		t.Fatalf("natstest: StartCluster: need at least 1 node, got %d", n)
 	}
 	begin := time.Now()
-	c := &Cluster{name: "natstest", logs: &Buffer{}}
+	c := &Cluster{name: uniqueName("natstest"), logs: &Buffer{}} // ConnectPinned tells it from others
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("cluster server logs:\n%s", c.logs.String())
@@ -184,18 +184,29 @@ func (c *Cluster) Shutdown(i int) { c.nodes[i].Shutdown() }
 // client and route ports) and waits until it is back in the cluster: a
 // meta leader exists, every node is a current member of the meta group
 // and the JetStream API answers through node i. Streams catch up in the
-// background; WaitStreamCurrent waits for that.
+// background; WaitStreamCurrent waits for that. A client or route port
+// taken while the node was down fails the test at once, naming it.
 func (c *Cluster) Restart(t testing.TB, i int) {
 	t.Helper()
 	begin := time.Now()
 	s := c.nodes[i]
 	s.Shutdown()
-	srv := startEmbedded(t, s.opts) // not under s.mu: it may end the test
+	srv := restartEmbedded(t, s.opts) // not under s.mu: it may end the test
 	s.mu.Lock()
 	s.srv = srv
 	s.mu.Unlock()
 	c.waitFormed(t)
 	t.Logf("natstest: node %s rejoined after %s", c.Name(i), time.Since(begin).Round(time.Millisecond))
+}
+
+// Identity is the cluster's name and its nodes' names: what ConnectPinned
+// accepts.
+func (c *Cluster) Identity() Identity {
+	id := Identity{Cluster: c.name}
+	for i := range c.nodes {
+		id.Names = append(id.Names, c.Name(i))
+	}
+	return id
 }
 
 func (c *Cluster) shutdownAll() {

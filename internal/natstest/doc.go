@@ -13,6 +13,12 @@
 //   - Servers listen on 127.0.0.1 only and always use an explicit store dir
 //     (t.TempDir() unless the test passes its own), never the shared temp
 //     dir.
+//   - Every server has a name of its own (a cluster: a cluster name of its
+//     own), kept across restarts. A connection made with ConnectPinned
+//     checks it on every dial before sending anything, and is closed, and
+//     the test failed, rather than use another server on the address.
+//     Restarts never wait for a port someone else took: they fail at once,
+//     naming it.
 //   - Tests wait on conditions, never on the clock: Eventually polls until a
 //     condition holds and fails with the last error it saw.
 //

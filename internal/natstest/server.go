@@ -69,7 +69,7 @@ func Start(t testing.TB, opts ...Option) *Server {
 		Listen:     o.listen,
 		StoreDir:   o.storeDir,
 		SyncAlways: o.syncAlways,
-		ServerName: "natstest",
+		ServerName: uniqueName("natstest"), // ConnectPinned tells it from others
 	}
 	if o.logs {
 		// Registered before the shutdown cleanup, so it runs after it:
@@ -109,7 +109,10 @@ func (s *Server) Shutdown() {
 
 // Restart shuts the server down (if it is running) and starts it again on
 // the same store dir and the same port, then waits until JetStream answers
-// API requests. Connected clients reconnect on their own.
+// API requests. Connected clients reconnect on their own. If the port was
+// taken while the server was down (another listener, another test's
+// server), Restart fails the test at once, naming the port: it never
+// waits for the port, nor comes back elsewhere.
 func (s *Server) Restart(t testing.TB) {
 	t.Helper()
 	s.mu.Lock()
@@ -118,12 +121,23 @@ func (s *Server) Restart(t testing.TB) {
 		s.srv.Shutdown()
 		s.srv = nil
 	}
-	s.srv = startEmbedded(t, s.opts)
+	s.srv = restartEmbedded(t, s.opts)
 	waitJetStream(t, s.url, startTimeout)
 }
 
+// Identity is the server's name, kept across Restart (and, for a cluster
+// node, its cluster's): what ConnectPinned accepts.
+func (s *Server) Identity() Identity {
+	id := Identity{Names: []string{s.opts.ServerName}}
+	if s.opts.Cluster != nil {
+		id.Cluster = s.opts.Cluster.Name
+	}
+	return id
+}
+
 // startEmbedded starts a server, retrying while a fixed port is still
-// reported busy (a just-stopped instance or a transient socket).
+// reported busy (e.g. the port of a killed child process). Restarts use
+// restartEmbedded, which does not wait.
 func startEmbedded(t testing.TB, opts embedded.Options) *embedded.Server {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
