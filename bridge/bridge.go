@@ -66,7 +66,9 @@ type Bridge struct {
 	dests  map[string]*destination
 	routes []*route
 	m      *metrics
-	idem   *reservations // nil unless a route has idempotency; set by Provision
+	// storeHealth: whether the idempotency bucket takes reservations.
+	storeHealth storeHealth
+	idem        *reservations // nil unless a route has idempotency; set by Provision
 	// advisoryCons reads the stored MAX_DELIVERIES advisories; set by Provision.
 	advisoryCons jetstream.Consumer
 	ready        chan struct{}         // closed once provisioned and pulling

@@ -214,11 +214,16 @@ func (r *route) keep(s *progressSlot, now time.Time, every time.Duration) {
 // reserve takes the event's idempotency reservation. While another message
 // with the same event id is being delivered, it waits (progress acks keep
 // this message) for that delivery's outcome: done makes this one a
-// duplicate, a release lets it reserve.
+// duplicate, a release lets it reserve. While the bucket cannot be read or
+// written (an *IdempotencyStoreError: unreachable, full), it holds the
+// message the same way and tries again with a growing pause: no delivery is
+// spent, the bridge is not ready meanwhile, and shutdown hands the message
+// back promptly.
 func (r *route) reserve(stop context.Context, ev *event) (*lease, error) {
 	key := reservationKey(r.cfg.Name, ev.ID)
 	me := holder{stream: ev.Stream, seq: ev.Seq, delivered: ev.Delivered}
 	var since time.Time // when waiting for another delivery's outcome began
+	failures := 0       // store failures in a row
 	for {
 		ctx, cancel := context.WithTimeout(stop, settleTimeout)
 		l, err := r.b.idem.Reserve(ctx, key, me, r.cfg.AckWait.D())
@@ -227,20 +232,38 @@ func (r *route) reserve(stop context.Context, ev *event) (*lease, error) {
 			traceWait(ev, eventReservation, since)
 		}
 		var dup *DuplicateEventError
+		pause := reservePoll
 		switch {
 		case errors.As(err, &dup):
 			dup.EventID = ev.ID
+			r.b.storeHealth.succeeded()
 			return nil, err
-		case !errors.Is(err, errReserved):
-			if err != nil && stop.Err() == nil {
-				r.b.m.idempotencyErrors.WithLabelValues(r.cfg.Name).Inc()
+		case err == nil:
+			r.b.storeHealth.succeeded()
+			return l, nil
+		case stop.Err() != nil:
+			return nil, fmt.Errorf("%w: %w", ErrInterrupted, err)
+		case errors.Is(err, errReserved):
+			r.b.storeHealth.succeeded()
+			failures = 0
+			if since.IsZero() {
+				since = time.Now()
 			}
-			return l, err
+		default:
+			failures++
+			se := &IdempotencyStoreError{Bucket: r.b.cfg.Idempotency.Bucket, Err: err}
+			r.b.m.idempotencyErrors.WithLabelValues(r.cfg.Name).Inc()
+			r.b.storeHealth.failed(se)
+			if failures == 1 {
+				msgLog(r.log.Warn(), ev).Str("failure", FailureIdempotencyStore).Str("error", se.Error()).
+					Msg("idempotency reservation failed: the message is held (no delivery spent) and the reservation tried again until the bucket answers")
+			}
+			pause = retryPause(failures)
 		}
-		if since.IsZero() {
-			since = time.Now()
-		}
-		if sleep(stop, reservePoll); stop.Err() != nil {
+		if sleep(stop, pause); stop.Err() != nil {
+			if failures > 0 {
+				return nil, fmt.Errorf("%w: %w", ErrInterrupted, &IdempotencyStoreError{Bucket: r.b.cfg.Idempotency.Bucket, Err: err})
+			}
 			return nil, fmt.Errorf("%w: %w", ErrInterrupted, err)
 		}
 	}

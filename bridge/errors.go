@@ -14,6 +14,9 @@ const (
 	FailureDownstream  = "downstream-status"
 	FailureCircuitOpen = "circuit-open"
 	FailureInvalid     = "invalid-event"
+	// FailureIdempotencyStore: the idempotency bucket could not be read or
+	// written; the message is held (not spent) until it can.
+	FailureIdempotencyStore = "idempotency-store"
 )
 
 // Every error of the package starts with "bridge: " and matches one of the
@@ -161,6 +164,22 @@ type DuplicateEventError struct {
 
 func (e *DuplicateEventError) Error() string { return "event already delivered" }
 
+// IdempotencyStoreError means the idempotency bucket could not take or read
+// a reservation (unreachable, full, or refusing writes). It is not the
+// message's fault: the message is held, with progress acks and without
+// spending a delivery, and the reservation tried again until the store
+// answers or the bridge stops (then it is handed back promptly).
+type IdempotencyStoreError struct {
+	Bucket string
+	Err    error // from nats.go; never carries a payload or an event id
+}
+
+func (e *IdempotencyStoreError) Error() string {
+	return "idempotency bucket " + e.Bucket + ": " + e.Err.Error()
+}
+
+func (e *IdempotencyStoreError) Unwrap() error { return e.Err }
+
 // FailureKind classifies err into one of the Failure* constants, or "" when
 // err is nil or not a delivery failure.
 func FailureKind(err error) string {
@@ -169,10 +188,13 @@ func FailureKind(err error) string {
 		de *DownstreamError
 		ce *CircuitOpenError
 		ie *InvalidEventError
+		se *IdempotencyStoreError
 	)
 	switch {
 	case err == nil:
 		return ""
+	case errors.As(err, &se):
+		return FailureIdempotencyStore
 	case errors.As(err, &ce):
 		return FailureCircuitOpen
 	case errors.As(err, &ie):

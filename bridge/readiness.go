@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -40,7 +41,23 @@ func (b *Bridge) Readiness() error {
 		}
 		return errors.New("cannot reach NATS at " + at + " (reconnecting): " + cause)
 	}
+	if se := b.storeHealth.err.Load(); se != nil {
+		return errors.New(se.Error() + ": reservations cannot be taken; the messages of idempotent routes are held until they can")
+	}
 	return b.health.reason(b.routes)
+}
+
+// storeHealth is the outcome of the last reservation attempt of any route:
+// while the idempotency bucket fails, the bridge is not ready, with the
+// cause (Readiness), and the messages that need a reservation are held.
+type storeHealth struct{ err atomic.Pointer[IdempotencyStoreError] }
+
+func (h *storeHealth) failed(e *IdempotencyStoreError) { h.err.Store(e) }
+
+func (h *storeHealth) succeeded() {
+	if h.err.Load() != nil {
+		h.err.Store(nil)
+	}
 }
 
 // Healthy returns nil unless the bridge's NATS connection is closed for

@@ -1,7 +1,6 @@
 package bridge
 
 import (
-	"context"
 	"fmt"
 	"net/http/httptest"
 	"testing"
@@ -13,24 +12,19 @@ import (
 // The gauges of stream and store state follow the readiness checks'
 // lookups: with one attempt hanging (max_in_flight 1) and four more
 // published, bridge_consumer_pending is 4; two rejected events make
-// bridge_dead_letters_stored 2; with the idempotency bucket deleted, every
-// reservation fails and bridge_idempotency_errors_total counts each one.
+// bridge_dead_letters_stored 2.
 func TestStoreGauges(t *testing.T) {
 	hang := sinktest.New(t, func(sinktest.Request) sinktest.Response { return sinktest.Response{Hang: true} })
 	bad := sinktest.New(t, sinktest.Always(400))
-	ok := sinktest.New(t, sinktest.Always(200))
 	cfg := testConfig(t, `
 shutdown_timeout: 1s
-idempotency: {bucket: DELIVERED}
 destinations:
   hang: {url: %s, timeout: 1m, circuit_breaker: {enabled: false}}
   bad: {url: %s}
-  ok: {url: %s, circuit_breaker: {enabled: false}}
 routes:
   - {name: hold, subjects: ["events.*.hold.>"], destination: hang, max_in_flight: 1, ack_wait: 2m}
   - {name: bad, subjects: ["events.*.bad.>"], destination: bad}
-  - {name: idem, subjects: ["events.*.idem.>"], destination: ok, idempotency: true, backoff: [1m]}
-`, hang.URL(), bad.URL(), ok.URL())
+`, hang.URL(), bad.URL())
 	h := startBridge(t, cfg, faults{})
 	admin := httptest.NewServer(h.b.AdminHandler(h.reg))
 	t.Cleanup(admin.Close)
@@ -53,22 +47,4 @@ routes:
 	h.publish("events.info.bad.x", "b2", []byte(`{}`), nil)
 	h.waitOutcomes(2, settleWait, outcomeIs(OutcomeDeadLettered))
 	waitSeries(`bridge_dead_letters_stored`, 2)
-
-	if got := series(`bridge_idempotency_errors_total{route="idem"}`); got != 0 {
-		t.Fatalf("idempotency errors before the bucket is deleted = %v, want 0", got)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-	defer cancel()
-	if err := h.js.DeleteKeyValue(ctx, "DELIVERED"); err != nil {
-		t.Fatal(err)
-	}
-	h.publish("events.info.idem.x", "i1", []byte(`{}`), nil)
-	h.publish("events.info.idem.x", "i2", []byte(`{}`), nil)
-	h.waitOutcomes(2, settleWait, func(s Settled) bool { return s.Route == "idem" })
-	if got := series(`bridge_idempotency_errors_total{route="idem"}`); got != 2 {
-		t.Errorf("idempotency errors = %v, want 2 (one failed reservation per event)", got)
-	}
-	if ok.Count() != 0 {
-		t.Errorf("the destination got %d requests while no reservation could be taken, want 0", ok.Count())
-	}
 }
