@@ -50,7 +50,9 @@ func (b *Bridge) Readiness() error {
 // storeHealth is the outcome of the last reservation attempt of any route:
 // while the idempotency bucket fails, the bridge is not ready, with the
 // cause (Readiness), and the messages that need a reservation are held.
-type storeHealth struct{ err atomic.Pointer[IdempotencyStoreError] }
+type storeHealth struct {
+	err atomic.Pointer[IdempotencyStoreError]
+}
 
 func (h *storeHealth) failed(e *IdempotencyStoreError) { h.err.Store(e) }
 
