@@ -39,6 +39,9 @@ type Embedded struct {
 	Listen     string `yaml:"listen"`
 	StoreDir   string `yaml:"store_dir"`
 	SyncAlways bool   `yaml:"sync_always"`
+	// AllowNonLoopback lets Listen bind an address other hosts can reach;
+	// the server then requires nats.token, or nats.user and nats.password.
+	AllowNonLoopback bool `yaml:"allow_non_loopback"`
 }
 
 // TLS holds file paths for a TLS client configuration.

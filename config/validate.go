@@ -107,6 +107,7 @@ func (v *validator) nats(n *NATS) {
 		if n.Embedded.StoreDir == "" {
 			v.addf("nats.embedded.store_dir", "is required when nats.url is empty")
 		}
+		v.embeddedExposure(n)
 	}
 
 	var auth []string
@@ -454,6 +455,40 @@ func (v *validator) listen(path, addr string, optional bool) {
 	if err != nil {
 		v.addf(path, "must be host:port, got %s", v.q(path, addr))
 	}
+}
+
+// embeddedExposure: the embedded server listens on loopback only, unless
+// nats.embedded.allow_non_loopback says otherwise on purpose; then it must
+// be protected by a token, or a user and password, which it requires of
+// every client (the bridge's own connection included). bridge check and
+// bridge run apply this one rule.
+func (v *validator) embeddedExposure(n *NATS) {
+	host, _, err := net.SplitHostPort(n.Embedded.Listen)
+	if err != nil {
+		return // reported by listen
+	}
+	if !n.Embedded.AllowNonLoopback {
+		if !LoopbackHost(host) {
+			v.addf("nats.embedded.listen", "%s is not a loopback address: other hosts could use the embedded JetStream; bind 127.0.0.1, or set nats.embedded.allow_non_loopback: true with nats.token (or nats.user and nats.password) to protect it", v.q("nats.embedded.listen", host))
+		}
+		return
+	}
+	if n.Token == "" && (n.User == "" || n.Password == "") {
+		v.addf("nats.embedded.allow_non_loopback", "requires nats.token, or nats.user and nats.password: the embedded server then accepts only clients that present them")
+	}
+	if n.CredsFile != "" || n.NKeySeedFile != "" {
+		v.addf("nats.embedded.allow_non_loopback", "protects the embedded server with nats.token or nats.user and nats.password; nats.creds_file and nats.nkey_seed_file need a server of your own (nats.url)")
+	}
+}
+
+// LoopbackHost reports whether a listen host binds loopback only, as the
+// embedded server reads it: empty and "localhost" are 127.0.0.1.
+func LoopbackHost(host string) bool {
+	if host == "" || strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func (v *validator) tls(path string, t TLS) {

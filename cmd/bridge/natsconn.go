@@ -259,11 +259,23 @@ func openNATSWith(ctx context.Context, cfg *config.Config, log zerolog.Logger, b
 	c := &natsConn{log: log, closed: make(chan struct{})}
 	url, shown := cfg.NATS.URL.Value(), cfg.NATS.URL.RedactedURL()
 	if cfg.Embedded() {
-		srv, err := embedded.Start(ctx, embedded.Options{
+		eo := embedded.Options{
 			Listen:     cfg.NATS.Embedded.Listen,
 			StoreDir:   cfg.NATS.Embedded.StoreDir,
 			SyncAlways: cfg.NATS.Embedded.SyncAlways,
-		})
+		}
+		if cfg.NATS.Embedded.AllowNonLoopback {
+			// Reachable from other hosts on purpose: every client, this
+			// bridge's own connection included, presents the configured
+			// token or user and password (config validation requires one).
+			eo.AllowNonLoopback = true
+			if cfg.NATS.Token != "" {
+				eo.Token = cfg.NATS.Token.Value()
+			} else {
+				eo.User, eo.Password = cfg.NATS.User, cfg.NATS.Password.Value()
+			}
+		}
+		srv, err := embedded.Start(ctx, eo)
 		if err != nil {
 			return nil, embeddedErr(cfg, err)
 		}

@@ -82,6 +82,11 @@ type Options struct {
 	Listen string
 	// AllowNonLoopback permits a non-loopback (or host name) Listen host.
 	AllowNonLoopback bool
+	// Token, or User and Password, when set, are required of every client
+	// (nats-server's authorization); jetbridge sets them whenever the
+	// listener is not on loopback.
+	Token          string
+	User, Password string
 	// StoreDir is the JetStream store directory (required). The server
 	// keeps its data in a "jetstream" subdirectory.
 	StoreDir string
@@ -212,6 +217,10 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		NoLog:      true,
 		Cluster:    cluster,
 		Routes:     routes,
+		// Client authorization: at most one of the two is set.
+		Authorization: opts.Token,
+		Username:      opts.User,
+		Password:      opts.Password,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("embedded: server %q options: %w", name, err)
