@@ -95,7 +95,7 @@ func newBridge(cfg *config.Config, js jetstream.JetStream, opts Options, p parts
 		opts:  opts,
 		log:   opts.Logger,
 		dests: make(map[string]*destination, len(cfg.Destinations)),
-		tr:    newTracer(opts.TracerProvider, cfg.Tracing.EventID),
+		tr:    newTracer(opts.TracerProvider, cfg.Tracing.EventID, cfg.Log.URLPaths),
 	}
 	m, err := newMetrics(opts.Registerer, cfg)
 	if err != nil {

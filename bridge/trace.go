@@ -14,7 +14,6 @@ import (
 	"errors"
 	"maps"
 	"net/http"
-	"net/url"
 	"strconv"
 	"time"
 
@@ -27,6 +26,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sotercare/jetbridge/config"
 	"github.com/sotercare/jetbridge/tracing"
 )
 
@@ -59,15 +59,16 @@ const (
 
 // tracer makes the bridge's spans; nil when tracing is off.
 type tracer struct {
-	t       trace.Tracer
-	eventID bool // messaging.message.id on delivery spans (tracing.event_id)
+	t        trace.Tracer
+	eventID  bool // messaging.message.id on delivery spans (tracing.event_id)
+	urlPaths bool // url.full with the destination's path (log.url_paths)
 }
 
-func newTracer(tp trace.TracerProvider, eventID bool) *tracer {
+func newTracer(tp trace.TracerProvider, eventID, urlPaths bool) *tracer {
 	if tp == nil {
 		return nil
 	}
-	return &tracer{t: tp.Tracer(instrumentationName), eventID: eventID}
+	return &tracer{t: tp.Tracer(instrumentationName), eventID: eventID, urlPaths: urlPaths}
 }
 
 // startDelivery starts the delivery span of a message, as a child of the
@@ -199,8 +200,10 @@ func (t *tracer) forDestination(d *destination) *destTrace {
 	}
 	attrs := []attribute.KeyValue{semconv.HTTPRequestMethodPost, attrDestination.String(d.name)}
 	if u := d.reqTemplate.URL; u != nil {
-		clean := url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path, RawPath: u.RawPath}
-		attrs = append(attrs, semconv.URLFull(clean.String()), semconv.ServerAddress(u.Hostname()))
+		// The path only with log.url_paths: a webhook URL often carries
+		// its secret there (config.Secret.ShownURL).
+		full := config.Secret(u.String()).ShownURL(t.urlPaths)
+		attrs = append(attrs, semconv.URLFull(full), semconv.ServerAddress(u.Hostname()))
 		port := u.Port()
 		if port == "" {
 			port = map[string]string{"http": "80", "https": "443"}[u.Scheme]

@@ -32,7 +32,7 @@ const (
 // Options.TracerProvider does in New).
 func withTracing(tp trace.TracerProvider, eventID bool) func(*Bridge) {
 	return func(b *Bridge) {
-		b.tr = newTracer(tp, eventID)
+		b.tr = newTracer(tp, eventID, b.cfg.Log.URLPaths)
 		for _, d := range b.dests {
 			d.trace = b.tr.forDestination(d)
 		}

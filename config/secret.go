@@ -116,6 +116,27 @@ func redactURL(raw string) string {
 	return u.String()
 }
 
+// ShownURL is the secret read as a URL the way operators see it (bridge
+// check, logs, /status, span attributes): with paths false, its scheme and
+// host only, and "/…" for whatever follows ("https://hooks.example.com/…"),
+// since a webhook URL often carries its secret in the path (Slack,
+// Discord); with paths true, RedactedURL (path kept, user info and query
+// values masked). A value that does not parse as a URL gives "[redacted]".
+func (s Secret) ShownURL(paths bool) string {
+	if paths || s == "" {
+		return s.RedactedURL()
+	}
+	u, err := url.Parse(string(s))
+	if err != nil || u.Opaque != "" || u.Host == "" {
+		return redacted
+	}
+	shown := url.URL{Scheme: u.Scheme, Host: u.Host}
+	if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+		return shown.String() + "/…"
+	}
+	return shown.String()
+}
+
 // SensitiveHeader reports whether the value of the HTTP header name must be
 // treated as a secret: Authorization, Proxy-Authorization, Cookie,
 // Set-Cookie, or any name containing Key, Token or Secret, in any case.

@@ -85,6 +85,10 @@ type Admin struct {
 type Log struct {
 	Level  string `yaml:"level"`  // debug | info | warn | error
 	Format string `yaml:"format"` // json | console
+	// URLPaths shows the paths and queries of destination URLs in bridge
+	// check, logs, /status and span attributes; off, they show as
+	// scheme://host:port/… (webhook URLs often carry a secret in the path).
+	URLPaths bool `yaml:"url_paths"`
 }
 
 // Destination is one HTTP endpoint. Name is the key under destinations.

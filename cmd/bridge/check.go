@@ -215,13 +215,14 @@ func newCheckReport(cfg *config.Config, source string, warnings []configWarning)
 			rt.AckWait.String(), rt.MaxInFlight, rt.RedeliverStatuses, rt.Idempotency})
 	}
 	for _, name := range cfg.DestinationNames() {
-		r.Destinations = append(r.Destinations, destinationRow(name, cfg.Destinations[name]))
+		r.Destinations = append(r.Destinations, destinationRow(name, cfg.Destinations[name], cfg.Log.URLPaths))
 	}
 	return r
 }
 
-// destinationRow is one destination of the routing table.
-func destinationRow(name string, d *config.Destination) checkDestination {
+// destinationRow is one destination of the routing table; its URL shows
+// its path only with log.url_paths.
+func destinationRow(name string, d *config.Destination, urlPaths bool) checkDestination {
 	tr := "off"
 	if d.TransportRetry.Count > 0 {
 		tr = retryText(d.TransportRetry)
@@ -238,7 +239,7 @@ func destinationRow(name string, d *config.Destination) checkDestination {
 	if d.Signing != nil && len(d.Signing.Secrets) > 0 {
 		signed = fmt.Sprintf("yes (%d key)", len(d.Signing.Secrets))
 	}
-	return checkDestination{name, d.URL.RedactedURL(), string(d.Format), d.Timeout.String(), tr, sr, cb, signed, flowText(d), d.ForwardBaggage}
+	return checkDestination{name, d.URL.ShownURL(urlPaths), string(d.Format), d.Timeout.String(), tr, sr, cb, signed, flowText(d), d.ForwardBaggage}
 }
 
 // flowText is a destination's flow control (README "Flow control") in
@@ -292,7 +293,7 @@ func printRoutingTable(w io.Writer, cfg *config.Config, source string) {
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  DESTINATION\tURL\tFORMAT\tTIMEOUT\tTRANSPORT RETRY\tSTATUS RETRY\tCIRCUIT BREAKER\tSIGNED\tFLOW CONTROL\tBAGGAGE")
 	for _, name := range cfg.DestinationNames() {
-		d := destinationRow(name, cfg.Destinations[name])
+		d := destinationRow(name, cfg.Destinations[name], cfg.Log.URLPaths)
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Name, d.URL, d.Format, d.Timeout, d.TransportRetry, d.StatusRetry, d.CircuitBreaker, d.Signed, d.FlowControl, baggageText(d.ForwardBaggage))
 	}
 	tw.Flush()
