@@ -2,14 +2,19 @@ package bridge
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sotercare/jetbridge/config"
 	"github.com/sotercare/jetbridge/internal/buildinfo"
 )
 
@@ -113,4 +118,43 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
+}
+
+// RequireToken guards h with a bearer token (admin.token): every request
+// but GET /healthz and /readyz, which probes make without credentials,
+// needs "Authorization: Bearer <token>", else it is answered 401 with
+// "WWW-Authenticate: Bearer" and a short JSON body. Anything not listed as
+// open needs the token, unknown paths included. The comparison takes the
+// same time whatever the token sent (both sides are hashed first, so not
+// even the length shows). An empty token guards nothing: h is returned.
+func RequireToken(token config.Secret, h http.Handler) http.Handler {
+	if token == "" {
+		return h
+	}
+	want := sha256.Sum256([]byte(token.Value()))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" || bearerMatches(r.Header.Get("Authorization"), &want) {
+			h.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("WWW-Authenticate", "Bearer")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = io.WriteString(w, unauthorizedBody)
+	})
+}
+
+// unauthorizedBody is the body of a refused request.
+const unauthorizedBody = `{"status":"unauthorized","reason":"missing or wrong bearer token: send Authorization: Bearer followed by admin.token"}` + "\n"
+
+// bearerMatches reports, in constant time, whether the Authorization
+// header value carries the bearer token whose SHA-256 is want (the scheme
+// is case-insensitive, RFC 9110 11.1).
+func bearerMatches(header string, want *[sha256.Size]byte) bool {
+	scheme, tok, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	got := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+	return subtle.ConstantTimeCompare(got[:], want[:]) == 1
 }

@@ -125,7 +125,9 @@ func runDaemon(ctx context.Context, cfg *config.Config, log zerolog.Logger, part
 	waitReloads := watchReloads(reloadCtx, reload, log, reg)
 	defer func() { cancelReloads(); waitReloads() }()
 	admin := newAdminSwitch(reg)
-	stopAdmin, err := serveAdmin(cfg.Admin.Listen, admin, log, parts.adminTimeouts)
+	// The token guards the whole switch: /status and /metrics need it
+	// before the bridge exists too.
+	stopAdmin, err := serveAdmin(cfg.Admin.Listen, bridge.RequireToken(cfg.Admin.Token, admin), log, parts.adminTimeouts)
 	if err != nil {
 		return err
 	}
