@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -125,9 +126,13 @@ func runDaemon(ctx context.Context, cfg *config.Config, log zerolog.Logger, part
 	waitReloads := watchReloads(reloadCtx, reload, log, reg)
 	defer func() { cancelReloads(); waitReloads() }()
 	admin := newAdminSwitch(reg)
+	adminTLS, err := adminTLSConfig(cfg.Admin.TLS)
+	if err != nil {
+		return &exitError{Code: 2, Msg: err.Error()}
+	}
 	// The token guards the whole switch: /status and /metrics need it
 	// before the bridge exists too.
-	stopAdmin, err := serveAdmin(cfg.Admin.Listen, bridge.RequireToken(cfg.Admin.Token, admin), log, parts.adminTimeouts)
+	stopAdmin, err := serveAdminTLS(cfg.Admin.Listen, adminTLS, bridge.RequireToken(cfg.Admin.Token, admin), log, parts.adminTimeouts)
 	if err != nil {
 		return err
 	}
@@ -205,9 +210,28 @@ var defaultAdminTimeouts = adminTimeouts{
 	maxHeaderBytes: 16 << 10,
 }
 
-// serveAdmin serves the admin endpoints on listen ("" disables them) until
-// the returned stop is called.
+// adminTLSConfig is the admin server's TLS configuration (TLS 1.2 and
+// later), nil for plain HTTP. config.Validate has read and parsed the
+// files already; they are read again here, at start.
+func adminTLSConfig(t config.AdminTLS) (*tls.Config, error) {
+	if !t.Enabled() {
+		return nil, nil
+	}
+	pair, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("admin.tls.cert_file, admin.tls.key_file: %s, %s: %w", t.CertFile, t.KeyFile, err)
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pair}}, nil
+}
+
+// serveAdmin serves the admin endpoints over plain HTTP on listen (""
+// disables them) until the returned stop is called.
 func serveAdmin(listen string, h http.Handler, log zerolog.Logger, to adminTimeouts) (stop func(), err error) {
+	return serveAdminTLS(listen, nil, h, log, to)
+}
+
+// serveAdminTLS is serveAdmin over HTTPS when tc is not nil.
+func serveAdminTLS(listen string, tc *tls.Config, h http.Handler, log zerolog.Logger, to adminTimeouts) (stop func(), err error) {
 	if listen == "" {
 		return func() {}, nil
 	}
@@ -226,15 +250,24 @@ func serveAdmin(listen string, h http.Handler, log zerolog.Logger, to adminTimeo
 		IdleTimeout:       to.idle,
 		MaxHeaderBytes:    to.maxHeaderBytes,
 		ErrorLog:          stdlog.New(io.Discard, "", 0), // client mistakes are not ours to log
+		TLSConfig:         tc,
 	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		serve := srv.Serve
+		if tc != nil {
+			serve = func(ln net.Listener) error { return srv.ServeTLS(ln, "", "") }
+		}
+		if err := serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error().Str("error", err.Error()).Msg("admin server failed")
 		}
 	}()
-	log.Info().Str("listen", ln.Addr().String()).Msg("admin endpoints: /healthz /readyz /status /metrics")
+	scheme := "http"
+	if tc != nil {
+		scheme = "https"
+	}
+	log.Info().Str("listen", ln.Addr().String()).Str("scheme", scheme).Msg("admin endpoints: /healthz /readyz /status /metrics")
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
