@@ -77,7 +77,7 @@ func tokenCheck(client *http.Client, base string, ready bool) error {
 			}
 			if code != http.StatusUnauthorized || www != "Bearer" || body != want401Body {
 				return fmt.Errorf("GET %s with Authorization %q: %d, WWW-Authenticate %q, body %q; want 401, Bearer, %q",
-					path, strings.ReplaceAll(auth, adminTokenCanary, "<token>"), code, www, body, want401Body)
+					path, strings.ReplaceAll(auth, adminTokenCanary, "<token>"), code, www, clip(body), want401Body)
 			}
 		}
 	}
@@ -228,4 +228,12 @@ func TestCheckAdminToken(t *testing.T) {
 			t.Fatalf("%s: the token's value is printed:\n%s", env, r)
 		}
 	}
+}
+
+// clip shortens a response body for an error message.
+func clip(body string) string {
+	if len(body) > 160 {
+		return body[:160] + "..."
+	}
+	return body
 }

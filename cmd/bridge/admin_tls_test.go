@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	"net/http"
@@ -162,7 +163,7 @@ func TestAdminTLS(t *testing.T) {
 	// not merely reached over TLS.
 	expectBrokenMain(t, "impostor certificate", func(t testing.TB) error {
 		otherCert, otherKey := writeAdminCert(t)
-		tc, err := adminTLSConfig(configAdminTLS(otherCert, otherKey))
+		tc, err := adminTLSConfig(configAdminTLS(otherCert, otherKey), zerolog.Nop())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -220,4 +221,124 @@ func TestAdminTLSFilesChecked(t *testing.T) {
 
 func configAdminTLS(certFile, keyFile string) config.AdminTLS {
 	return config.AdminTLS{CertFile: certFile, KeyFile: keyFile}
+}
+
+// servedCert is the DER of the certificate the TLS server at addr
+// presents, verified against the certificates of trusted.
+func servedCert(t testing.TB, addr string, trusted ...string) ([]byte, error) {
+	t.Helper()
+	pool := x509.NewCertPool()
+	for _, f := range trusted {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pool.AppendCertsFromPEM(data)
+	}
+	conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pool, ServerName: adminServiceName, MinVersion: tls.VersionTLS12})
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	return conn.ConnectionState().PeerCertificates[0].Raw, nil
+}
+
+// pemDER is the DER of the first certificate of a PEM file.
+func pemDER(t testing.TB, file string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(data)
+	if block == nil {
+		t.Fatal("no PEM in " + file)
+	}
+	return block.Bytes
+}
+
+// replaceFile swaps dst for a copy of src, as a Secret volume does
+// (write aside, rename), dated a second later than dst so that the
+// change shows whatever the file system's time granularity.
+func replaceFile(t testing.TB, src, dst string) {
+	t.Helper()
+	data, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := dst + ".new"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	later := fi.ModTime().Add(time.Second)
+	if err := os.Chtimes(tmp, later, later); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A renewed certificate (both files replaced) is served from the next
+// handshake on, without a restart; a replacement that does not load is
+// logged and the previous certificate stays in use.
+func TestAdminCertReload(t *testing.T) {
+	check := func(t testing.TB, build func(config.AdminTLS, zerolog.Logger) (*tls.Config, error)) error {
+		certA, keyA := writeAdminCert(t)
+		certB, keyB := writeAdminCert(t) // in a directory of its own
+		logs := &natstest.Buffer{}
+		tc, err := build(configAdminTLS(certA, keyA), zerolog.New(logs))
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := freePort(t)
+		stop, err := serveAdminTLS(addr, tc, newAdminSwitch(prometheus.NewRegistry()), zerolog.Nop(), defaultAdminTimeouts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stop()
+		wantA := pemDER(t, certA)
+		if got, err := servedCert(t, addr, certA); err != nil || string(got) != string(wantA) {
+			t.Fatalf("before the renewal: %v, or not certificate A", err)
+		}
+		wantB := pemDER(t, certB)
+		replaceFile(t, keyB, keyA)
+		replaceFile(t, certB, certA)
+		got, err := servedCert(t, addr, certB)
+		if err != nil {
+			return fmt.Errorf("after the renewal: %w", err)
+		}
+		if string(got) != string(wantB) {
+			return errors.New("after the renewal the server still presents the old certificate")
+		}
+		if !strings.Contains(logs.String(), `"message":"admin certificate reloaded"`) {
+			t.Errorf("no log line for the reload:\n%s", logs)
+		}
+		// A broken replacement: B stays, one warning.
+		if err := os.WriteFile(certA, []byte("half written"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if got, err := servedCert(t, addr, certB); err != nil || string(got) != string(wantB) {
+				t.Errorf("with a broken certificate file: %v, or not the previous certificate", err)
+			}
+		}
+		if n := strings.Count(logs.String(), "admin certificate changed but does not load"); n != 1 {
+			t.Errorf("%d warnings for the broken file, want 1:\n%s", n, logs)
+		}
+		return nil
+	}
+	if err := check(t, adminTLSConfig); err != nil {
+		t.Fatal(err)
+	}
+	expectBrokenMain(t, "certificate loaded once at start", func(t testing.TB) error {
+		return check(t, func(files config.AdminTLS, _ zerolog.Logger) (*tls.Config, error) {
+			pair, err := tls.LoadX509KeyPair(files.CertFile, files.KeyFile)
+			return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pair}}, err
+		})
+	})
 }

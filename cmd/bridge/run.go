@@ -126,7 +126,7 @@ func runDaemon(ctx context.Context, cfg *config.Config, log zerolog.Logger, part
 	waitReloads := watchReloads(reloadCtx, reload, log, reg)
 	defer func() { cancelReloads(); waitReloads() }()
 	admin := newAdminSwitch(reg)
-	adminTLS, err := adminTLSConfig(cfg.Admin.TLS)
+	adminTLS, err := adminTLSConfig(cfg.Admin.TLS, log)
 	if err != nil {
 		return &exitError{Code: 2, Msg: err.Error()}
 	}
@@ -212,16 +212,17 @@ var defaultAdminTimeouts = adminTimeouts{
 
 // adminTLSConfig is the admin server's TLS configuration (TLS 1.2 and
 // later), nil for plain HTTP. config.Validate has read and parsed the
-// files already; they are read again here, at start.
-func adminTLSConfig(t config.AdminTLS) (*tls.Config, error) {
+// files already; they are read again here, at start, and whenever they
+// change (see adminCert).
+func adminTLSConfig(t config.AdminTLS, log zerolog.Logger) (*tls.Config, error) {
 	if !t.Enabled() {
 		return nil, nil
 	}
-	pair, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+	c, err := newAdminCert(t, log)
 	if err != nil {
-		return nil, fmt.Errorf("admin.tls.cert_file, admin.tls.key_file: %s, %s: %w", t.CertFile, t.KeyFile, err)
+		return nil, err
 	}
-	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pair}}, nil
+	return &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: c.getCertificate}, nil
 }
 
 // serveAdmin serves the admin endpoints over plain HTTP on listen (""
