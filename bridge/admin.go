@@ -2,14 +2,19 @@ package bridge
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sotercare/jetbridge/config"
 	"github.com/sotercare/jetbridge/internal/buildinfo"
 )
 
@@ -22,7 +27,11 @@ type RouteStatus struct {
 	Redelivered int    `json:"redelivered"` // ack pending after more than one delivery
 	InFlight    int64  `json:"in_flight"`   // being processed by this bridge
 	Breaker     string `json:"breaker"`     // closed, half-open or open
-	Error       string `json:"error,omitempty"`
+	// CheckedAt is when the consumer's state (pending, ack pending,
+	// redelivered) was looked up, InfoAge how long before the answer.
+	CheckedAt *time.Time `json:"checked_at,omitempty"`
+	InfoAge   string     `json:"info_age,omitempty"`
+	Error     string     `json:"error,omitempty"`
 }
 
 // DestinationStatus is one destination as /status shows it: its breaker
@@ -49,17 +58,33 @@ func (b *Bridge) DestinationStatuses() []DestinationStatus {
 	return out
 }
 
-// Status reads every route's consumer and this bridge's own state.
+// Status is every route's consumer state and this bridge's own. The
+// consumer state comes from the readiness watch's lookups, never from a
+// lookup of its own: Status waits (until ctx ends) for a round of the
+// watch that started after the call, which concurrent calls share, so
+// /status costs JetStream at most one lookup per route per
+// statusMinInterval however often it is requested. CheckedAt and InfoAge
+// say how old each route's state is (older when NATS cannot be reached).
 func (b *Bridge) Status(ctx context.Context) []RouteStatus {
+	b.health.fresh(ctx)
+	now := time.Now()
 	out := make([]RouteStatus, 0, len(b.routes))
 	for _, r := range b.routes {
 		st := RouteStatus{Route: r.cfg.Name, Destination: r.dest.name, InFlight: r.load.inFlight.Load(), Breaker: r.dest.state().String()}
-		if c := r.consumer(); c == nil {
+		info, at, lastErr := b.health.lastLookup(r)
+		switch {
+		case r.consumer() == nil:
 			st.Error = "consumer not bound yet"
-		} else if info, err := c.Info(ctx); err != nil {
-			st.Error = err.Error()
-		} else {
+		case r.bound.missing.Load():
+			st.Error = "consumer deleted; restart the bridge to create it again"
+		case lastErr != "":
+			st.Error = "consumer lookup failed: " + lastErr
+		case info == nil:
+			st.Error = "consumer not looked up yet"
+		}
+		if info != nil {
 			st.Pending, st.AckPending, st.Redelivered = info.NumPending, info.NumAckPending, info.NumRedelivered
+			st.CheckedAt, st.InfoAge = &at, now.Sub(at).Round(time.Millisecond).String()
 		}
 		out = append(out, st)
 	}
@@ -113,4 +138,43 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
+}
+
+// RequireToken guards h with a bearer token (admin.token): every request
+// but GET /healthz and /readyz, which probes make without credentials,
+// needs "Authorization: Bearer <token>", else it is answered 401 with
+// "WWW-Authenticate: Bearer" and a short JSON body. Anything not listed as
+// open needs the token, unknown paths included. The comparison takes the
+// same time whatever the token sent (both sides are hashed first, so not
+// even the length shows). An empty token guards nothing: h is returned.
+func RequireToken(token config.Secret, h http.Handler) http.Handler {
+	if token == "" {
+		return h
+	}
+	want := sha256.Sum256([]byte(token.Value()))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" || bearerMatches(r.Header.Get("Authorization"), &want) {
+			h.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("WWW-Authenticate", "Bearer")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = io.WriteString(w, unauthorizedBody)
+	})
+}
+
+// unauthorizedBody is the body of a refused request.
+const unauthorizedBody = `{"status":"unauthorized","reason":"missing or wrong bearer token: send Authorization: Bearer followed by admin.token"}` + "\n"
+
+// bearerMatches reports, in constant time, whether the Authorization
+// header value carries the bearer token whose SHA-256 is want (the scheme
+// is case-insensitive, RFC 9110 11.1).
+func bearerMatches(header string, want *[sha256.Size]byte) bool {
+	scheme, tok, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	got := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+	return subtle.ConstantTimeCompare(got[:], want[:]) == 1
 }

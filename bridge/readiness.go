@@ -102,27 +102,116 @@ const readinessTimeout = 2 * time.Second
 // route's consumer make the bridge not ready.
 const lookupFailuresNotReady = 3
 
-// readiness holds what the readiness watch found; Readiness reports it.
+// statusMinInterval is the shortest time between the starts of two rounds
+// of the readiness watch when /status asks for fresh consumer state: the
+// JetStream API requests of /status are bounded by the number of routes
+// per statusMinInterval, however many /status requests come in.
+const statusMinInterval = 500 * time.Millisecond
+
+// readiness holds what the readiness watch found; Readiness reports it,
+// and Status shows each route's last consumer lookup.
 type readiness struct {
 	mu         sync.Mutex
 	stream     string // why the source stream is unusable; "" when it is fine
 	deadLetter string // why dead letters cannot be stored; "" when they can
 	streamGone bool   // the source stream was seen missing: its consumers went with it
 	routes     map[*route]*routeHealth
+
+	// Rounds of the watch, for Status (see fresh).
+	watching  bool          // the watch runs
+	started   uint64        // rounds started
+	finished  uint64        // rounds finished
+	roundDone chan struct{} // closed when a round finishes (or the watch stops), then replaced
+	kick      chan struct{} // a Status asks for a round; buffered, one pending at most
 }
 
-// routeHealth counts a route's consecutive failed consumer lookups.
+// routeHealth counts a route's consecutive failed consumer lookups and
+// keeps its last successful one.
 type routeHealth struct {
 	failures int
 	lastErr  string
+	info     *jetstream.ConsumerInfo // nil until a lookup succeeded
+	infoAt   time.Time               // when info was received
 }
 
 func newReadiness(routes []*route) *readiness {
-	h := &readiness{routes: make(map[*route]*routeHealth, len(routes))}
+	h := &readiness{routes: make(map[*route]*routeHealth, len(routes)), roundDone: make(chan struct{}), kick: make(chan struct{}, 1)}
 	for _, r := range routes {
 		h.routes[r] = &routeHealth{}
 	}
 	return h
+}
+
+// setWatching records whether the watch runs; when it stops, waiting
+// Status calls are released.
+func (h *readiness) setWatching(on bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.watching = on
+	if !on {
+		close(h.roundDone)
+		h.roundDone = make(chan struct{})
+	}
+}
+
+func (h *readiness) startRound() {
+	h.mu.Lock()
+	h.started++
+	h.mu.Unlock()
+}
+
+func (h *readiness) endRound() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.finished++
+	close(h.roundDone)
+	h.roundDone = make(chan struct{})
+}
+
+// fresh waits, until ctx ends, for a round of the watch that started
+// after fresh was called, asking the watch for one: the consumer state
+// Status shows is then no older than the request, while any number of
+// concurrent callers share the same round (and rounds start at most once
+// per statusMinInterval). It returns at once when the watch is not
+// running (before Run or after it stopped): Status then shows the last
+// lookups with their age.
+func (h *readiness) fresh(ctx context.Context) {
+	h.mu.Lock()
+	if !h.watching {
+		h.mu.Unlock()
+		return
+	}
+	target := h.started + 1 // the next round to start begins after now
+	h.mu.Unlock()
+	select {
+	case h.kick <- struct{}{}:
+	default: // a round is asked for already
+	}
+	for {
+		h.mu.Lock()
+		if h.finished >= target || !h.watching {
+			h.mu.Unlock()
+			return
+		}
+		done := h.roundDone
+		h.mu.Unlock()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// lastLookup is what the watch's last lookup of r's consumer found.
+func (h *readiness) lastLookup(r *route) (info *jetstream.ConsumerInfo, at time.Time, lastErr string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	rh := h.routes[r]
+	if rh == nil {
+		return nil, time.Time{}, ""
+	}
+	return rh.info, rh.infoAt, rh.lastErr
 }
 
 // reason is the first problem found, nil when there is none.
@@ -154,15 +243,36 @@ func (h *readiness) reason(routes []*route) error {
 // stream comes back (created by hand, or by another replica's start), the
 // routes' consumers, which were deleted with it, are created again: the
 // new stream's messages are then delivered.
+//
+// The same lookups serve /status (see Status): a Status call asks for a
+// round (a kick), which starts at once unless the previous round started
+// less than statusMinInterval ago.
 func (b *Bridge) watchReadiness(ctx context.Context) {
+	h := b.health
+	h.setWatching(true)
+	defer h.setWatching(false)
 	t := time.NewTicker(readinessEvery)
 	defer t.Stop()
 	for {
+		began := time.Now()
+		h.startRound()
 		b.checkReadiness(ctx)
+		h.endRound()
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-h.kick:
+			if wait := statusMinInterval - time.Since(began); wait > 0 {
+				pause := time.NewTimer(wait)
+				select {
+				case <-ctx.Done():
+					pause.Stop()
+					return
+				case <-pause.C:
+				}
+			}
+			t.Reset(readinessEvery)
 		}
 	}
 }
@@ -288,6 +398,7 @@ func (b *Bridge) checkConsumer(ctx context.Context, r *route) {
 	switch {
 	case err == nil:
 		rh.failures, rh.lastErr = 0, ""
+		rh.info, rh.infoAt = info, time.Now()
 		r.bound.missing.Store(false)
 	case errors.Is(err, jetstream.ErrConsumerNotFound):
 		rh.failures, rh.lastErr = 0, ""

@@ -77,9 +77,24 @@ type Idempotency struct {
 }
 
 // Admin configures the admin HTTP server; an empty Listen disables it.
+// With a Token, /status and /metrics (everything but /healthz and
+// /readyz) need "Authorization: Bearer <Token>"; with TLS the server
+// serves HTTPS only.
 type Admin struct {
-	Listen string `yaml:"listen"`
+	Listen string   `yaml:"listen"`
+	Token  Secret   `yaml:"token"` // empty: no authentication
+	TLS    AdminTLS `yaml:"tls"`
 }
+
+// AdminTLS is the admin server's certificate and key (PEM files); both
+// empty: plain HTTP.
+type AdminTLS struct {
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+}
+
+// Enabled reports whether the admin server serves HTTPS.
+func (t AdminTLS) Enabled() bool { return t.CertFile != "" || t.KeyFile != "" }
 
 // Log configures the logger.
 type Log struct {

@@ -1,11 +1,15 @@
 package config
 
 import (
+	"crypto/tls"
+	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"math"
 	"net"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,7 +32,7 @@ func (c *Config) validate(idx *index, source string) error {
 	v.stream(&c.Stream)
 	v.deadLetter(&c.DeadLetter, &c.Stream)
 	v.idempotency(&c.Idempotency, &c.Stream)
-	v.listen("admin.listen", c.Admin.Listen, true)
+	v.admin(&c.Admin)
 	v.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
 	v.oneOf("log.format", c.Log.Format, "json", "console")
 	v.positive("shutdown_timeout", c.ShutdownTimeout)
@@ -489,6 +493,64 @@ func LoopbackHost(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// minAdminToken is the shortest admin.token accepted, in bytes.
+const minAdminToken = 16
+
+// admin checks the admin server: its address, its bearer token (never
+// quoted) and its certificate and key, which must exist and parse.
+func (v *validator) admin(a *Admin) {
+	v.listen("admin.listen", a.Listen, true)
+	if tok := a.Token.Value(); tok != "" {
+		switch {
+		case len(tok) < minAdminToken:
+			v.addf("admin.token", "must be at least %d characters: use a random value, e.g. from openssl rand -hex 32", minAdminToken)
+		case strings.IndexFunc(tok, func(r rune) bool { return r <= ' ' || r > '~' }) >= 0:
+			v.addf("admin.token", "must be printable ASCII without spaces: it is sent as Authorization: Bearer <token>")
+		}
+	}
+	t := a.TLS
+	switch {
+	case t.CertFile != "" && t.KeyFile == "":
+		v.addf("admin.tls.key_file", "is required when admin.tls.cert_file is set")
+	case t.CertFile == "" && t.KeyFile != "":
+		v.addf("admin.tls.cert_file", "is required when admin.tls.key_file is set")
+	case t.CertFile != "":
+		v.adminKeyPair(t)
+	}
+}
+
+// adminKeyPair reads and parses the admin server's certificate and key.
+// Errors name the file (unless its path came from a reference) and the
+// reason, never the content.
+func (v *validator) adminKeyPair(t AdminTLS) {
+	read := func(path, file string) []byte {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			var pe *fs.PathError
+			if errors.As(err, &pe) {
+				err = pe.Err
+			}
+			v.addf(path, "cannot read %s: %v", v.q(path, file), err)
+			return nil
+		}
+		return data
+	}
+	cert := read("admin.tls.cert_file", t.CertFile)
+	key := read("admin.tls.key_file", t.KeyFile)
+	if cert == nil || key == nil {
+		return
+	}
+	_, err := tls.X509KeyPair(cert, key)
+	clear(key)
+	if err != nil {
+		path := "admin.tls.cert_file"
+		if msg := err.Error(); strings.Contains(msg, "key input") || strings.Contains(msg, "private key") {
+			path = "admin.tls.key_file"
+		}
+		v.addf(path, "%s, %s: %v", v.q("admin.tls.cert_file", t.CertFile), v.q("admin.tls.key_file", t.KeyFile), err)
+	}
 }
 
 func (v *validator) tls(path string, t TLS) {

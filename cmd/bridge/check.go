@@ -116,9 +116,9 @@ func warningsWith(cfg *config.Config, loopback func(hostPort string) bool) []con
 				"true: the destination's TLS certificate is not verified, so anyone on the network path can read and change deliveries"})
 		}
 	}
-	if l := cfg.Admin.Listen; l != "" && !loopback(l) {
+	if l := cfg.Admin.Listen; l != "" && !loopback(l) && cfg.Admin.Token == "" {
 		out = append(out, configWarning{"admin.listen",
-			fmt.Sprintf("%q is reachable from other hosts: /status and /metrics have no authentication; bind 127.0.0.1 unless a firewall or proxy guards it", l)})
+			fmt.Sprintf("%q is reachable from other hosts and admin.token is not set: /status and /metrics have no authentication; set admin.token (e.g. token: ${ADMIN_TOKEN}), or bind 127.0.0.1 unless a firewall or proxy guards it", l)})
 	}
 	return out
 }

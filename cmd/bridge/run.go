@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -125,7 +126,13 @@ func runDaemon(ctx context.Context, cfg *config.Config, log zerolog.Logger, part
 	waitReloads := watchReloads(reloadCtx, reload, log, reg)
 	defer func() { cancelReloads(); waitReloads() }()
 	admin := newAdminSwitch(reg)
-	stopAdmin, err := serveAdmin(cfg.Admin.Listen, admin, log, parts.adminTimeouts)
+	adminTLS, err := adminTLSConfig(cfg.Admin.TLS, log)
+	if err != nil {
+		return &exitError{Code: 2, Msg: err.Error()}
+	}
+	// The token guards the whole switch: /status and /metrics need it
+	// before the bridge exists too.
+	stopAdmin, err := serveAdminTLS(cfg.Admin.Listen, adminTLS, bridge.RequireToken(cfg.Admin.Token, admin), log, parts.adminTimeouts)
 	if err != nil {
 		return err
 	}
@@ -208,9 +215,29 @@ var defaultAdminTimeouts = adminTimeouts{
 	maxHeaderBytes: 16 << 10,
 }
 
-// serveAdmin serves the admin endpoints on listen ("" disables them) until
-// the returned stop is called.
+// adminTLSConfig is the admin server's TLS configuration (TLS 1.2 and
+// later), nil for plain HTTP. config.Validate has read and parsed the
+// files already; they are read again here, at start, and whenever they
+// change (see adminCert).
+func adminTLSConfig(t config.AdminTLS, log zerolog.Logger) (*tls.Config, error) {
+	if !t.Enabled() {
+		return nil, nil
+	}
+	c, err := newAdminCert(t, log)
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: c.getCertificate}, nil
+}
+
+// serveAdmin serves the admin endpoints over plain HTTP on listen (""
+// disables them) until the returned stop is called.
 func serveAdmin(listen string, h http.Handler, log zerolog.Logger, to adminTimeouts) (stop func(), err error) {
+	return serveAdminTLS(listen, nil, h, log, to)
+}
+
+// serveAdminTLS is serveAdmin over HTTPS when tc is not nil.
+func serveAdminTLS(listen string, tc *tls.Config, h http.Handler, log zerolog.Logger, to adminTimeouts) (stop func(), err error) {
 	if listen == "" {
 		return func() {}, nil
 	}
@@ -229,15 +256,24 @@ func serveAdmin(listen string, h http.Handler, log zerolog.Logger, to adminTimeo
 		IdleTimeout:       to.idle,
 		MaxHeaderBytes:    to.maxHeaderBytes,
 		ErrorLog:          stdlog.New(io.Discard, "", 0), // client mistakes are not ours to log
+		TLSConfig:         tc,
 	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		serve := srv.Serve
+		if tc != nil {
+			serve = func(ln net.Listener) error { return srv.ServeTLS(ln, "", "") }
+		}
+		if err := serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error().Str("error", err.Error()).Msg("admin server failed")
 		}
 	}()
-	log.Info().Str("listen", ln.Addr().String()).Msg("admin endpoints: /healthz /readyz /status /metrics")
+	scheme := "http"
+	if tc != nil {
+		scheme = "https"
+	}
+	log.Info().Str("listen", ln.Addr().String()).Str("scheme", scheme).Msg("admin endpoints: /healthz /readyz /status /metrics")
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
