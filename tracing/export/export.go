@@ -8,7 +8,14 @@
 // code that ends spans. Spans wait in a bounded queue
 // (OTEL_BSP_MAX_QUEUE_SIZE, 2048 by default); a span that finds it full is
 // dropped and counted (bridge_trace_spans_dropped_total), never waited
-// for. Exporter headers (OTEL_EXPORTER_OTLP_HEADERS) are never logged.
+// for.
+//
+// Invariant: no OTEL_* value is ever logged or quoted in an error
+// (exporter headers and endpoint user info are secrets). CheckEnv checks
+// the variables' form and names a malformed one without its value;
+// InstallHandlers replaces OpenTelemetry's default logger and error
+// handler, which print values in full, and Setup calls both before it
+// builds anything.
 package export
 
 import (
