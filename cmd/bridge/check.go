@@ -48,6 +48,11 @@ func cmdCheck(path string, asJSON bool, stdout, stderr io.Writer) error {
 			err = configFileErr(ferr, errw)
 		}
 	}
+	if err == nil {
+		if terr := tracingEnvErr(cfg); terr != nil {
+			err = configFileErr(terr, errw)
+		}
+	}
 	if err != nil {
 		if asJSON {
 			var ee *exitError
@@ -103,9 +108,12 @@ type configWarning struct {
 }
 
 // configWarnings lists destinations whose TLS certificates are not
-// verified and an admin listener reachable from other hosts. bridge check
-// prints them (exit code unchanged), bridge run logs them at warn level.
-func configWarnings(cfg *config.Config) []configWarning { return warningsWith(cfg, loopbackListen) }
+// verified, an admin listener reachable from other hosts and, while
+// tracing is off, malformed OTEL_* variables. bridge check prints them
+// (exit code unchanged), bridge run logs them at warn level.
+func configWarnings(cfg *config.Config) []configWarning {
+	return append(warningsWith(cfg, loopbackListen), tracingEnvWarnings(cfg)...)
+}
 
 // warningsWith is configWarnings with its loopback test as a parameter.
 func warningsWith(cfg *config.Config, loopback func(hostPort string) bool) []configWarning {

@@ -76,6 +76,9 @@ func cmdRun(o runOptions, stdout, stderr io.Writer) error {
 	if err := checkNATSFiles(cfg.NATS); err != nil {
 		return configFileErr(err, stderr)
 	}
+	if err := tracingEnvErr(cfg); err != nil { // before anything connects
+		return configFileErr(err, stderr)
+	}
 	log, err := logs.New(cfg.Log.Format, cfg.Log.Level, "jetbridge", stdout)
 	if err != nil {
 		return &exitError{Code: 2, Msg: "log.level: " + err.Error()}

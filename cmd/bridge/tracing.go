@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -34,15 +35,55 @@ func exportErrorLog(log zerolog.Logger, every time.Duration) func(error) {
 	}
 }
 
+// tracingOn reports whether bridge run builds a tracer provider for cfg
+// and the environment (export.Enabled).
+func tracingOn(cfg *config.Config) bool {
+	return export.Enabled(export.Settings{Endpoint: cfg.Tracing.Endpoint.Value()})
+}
+
+// tracingEnvErr is, when tracing is on, one error per malformed OTEL_*
+// variable (export.CheckEnv: "tracing: VAR: what is wrong with its form",
+// never its value), for configFileErr to print one per line (exit 2); nil
+// when tracing is off or every variable is well formed. bridge run and
+// bridge check call it before anything else reads the variables.
+func tracingEnvErr(cfg *config.Config) error {
+	if !tracingOn(cfg) {
+		return nil
+	}
+	var errs []error
+	for _, p := range export.CheckEnv() {
+		errs = append(errs, errors.New("tracing: "+p.Error()))
+	}
+	return errors.Join(errs...)
+}
+
+// tracingEnvWarnings are the malformed OTEL_* variables while tracing is
+// off: nothing reads them, but they would stop bridge run once tracing is
+// on.
+func tracingEnvWarnings(cfg *config.Config) []configWarning {
+	if tracingOn(cfg) {
+		return nil
+	}
+	var out []configWarning
+	for _, p := range export.CheckEnv() {
+		out = append(out, configWarning{p.Var, p.Problem + "; ignored while tracing is off, an error (exit 2) once it is on"})
+	}
+	return out
+}
+
 // startTracing builds the tracer provider of README "Tracing" (nil when
-// tracing is off). A bad OTEL_* value is a configuration error (exit 2).
-// Export errors are logged without header values (the exporter headers
-// are secrets).
+// tracing is off). OpenTelemetry's error handler and internal logger are
+// the bridge's before anything is built (export.InstallHandlers): errors
+// and the SDK's warnings are logged without header values or other
+// values (the exporter headers are secrets). A malformed OTEL_* value is
+// a configuration error (exit 2); cmdRun has already refused it
+// (tracingEnvErr) before connecting to NATS.
 func startTracing(ctx context.Context, cfg *config.Config, reg prometheus.Registerer, log zerolog.Logger) (*export.Provider, error) {
 	p, err := export.Setup(ctx, export.Settings{
 		Endpoint:   cfg.Tracing.Endpoint.Value(),
 		Registerer: reg,
 		OnError:    exportErrorLog(log, 10*time.Second),
+		OnLog:      func(summary string) { log.Warn().Msg(summary) },
 	})
 	if err != nil {
 		return nil, &exitError{Code: 2, Msg: "tracing: " + err.Error()}

@@ -8,7 +8,14 @@
 // code that ends spans. Spans wait in a bounded queue
 // (OTEL_BSP_MAX_QUEUE_SIZE, 2048 by default); a span that finds it full is
 // dropped and counted (bridge_trace_spans_dropped_total), never waited
-// for. Exporter headers (OTEL_EXPORTER_OTLP_HEADERS) are never logged.
+// for.
+//
+// Invariant: no OTEL_* value is ever logged or quoted in an error
+// (exporter headers and endpoint user info are secrets). CheckEnv checks
+// the variables' form and names a malformed one without its value;
+// InstallHandlers replaces OpenTelemetry's default logger and error
+// handler, which print values in full, and Setup calls both before it
+// builds anything.
 package export
 
 import (
@@ -57,10 +64,15 @@ type Settings struct {
 	Endpoint string
 	// Registerer, if set, receives bridge_trace_spans_dropped_total.
 	Registerer prometheus.Registerer
-	// OnError, if set, receives export errors (otherwise OpenTelemetry
-	// prints them to stderr). They carry no header values; a *url.Error
-	// is reduced to its cause, so no query string leaks.
+	// OnError, if set, receives export errors and the SDK's other errors
+	// (otherwise the standard logger prints them). They carry no header
+	// values; a *url.Error is reduced to its cause, so no query string
+	// leaks.
 	OnError func(error)
+	// OnLog, if set, receives a summary of each error and warning the
+	// OpenTelemetry SDK logs: its message and the names of its keys, never
+	// their values (InstallHandlers). Unset: they are dropped.
+	OnLog func(summary string)
 }
 
 // Provider is a running tracer provider. The zero *Provider (tracing off)
@@ -86,20 +98,24 @@ func envEndpoint() bool {
 }
 
 // Setup builds the tracer provider, or returns nil (tracing off) when
-// Enabled says so. It also sets the global propagator to W3C Trace Context
-// and Baggage (the default one is a no-op) and the global error handler.
-// It does not dial: a collector that is down is found out at the first
-// export. Errors name the variable or key at fault.
+// Enabled says so. It first makes OpenTelemetry's error handler and
+// internal logger the caller's (InstallHandlers: nothing the SDK reports
+// is printed with its values), then checks the OTEL_* variables
+// (CheckEnv) and returns the first malformed one, naming the variable and
+// never quoting its value, before any exporter or provider is built. It
+// also sets the global propagator to W3C Trace Context and Baggage (the
+// default one is a no-op). It does not dial: a collector that is down is
+// found out at the first export.
 func Setup(ctx context.Context, s Settings) (*Provider, error) {
+	InstallHandlers(s.OnError, s.OnLog)
 	if !Enabled(s) {
 		return nil, nil
 	}
+	if problems := CheckEnv(); len(problems) > 0 {
+		return nil, problems[0]
+	}
 	queue := defaultQueueSize
-	if v := os.Getenv("OTEL_BSP_MAX_QUEUE_SIZE"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			return nil, fmt.Errorf("OTEL_BSP_MAX_QUEUE_SIZE %q: want a positive integer", v)
-		}
+	if n, err := strconv.Atoi(os.Getenv("OTEL_BSP_MAX_QUEUE_SIZE")); err == nil { // checked: > 0
 		queue = n
 	}
 	exp, err := newExporter(ctx, s.Endpoint)
@@ -112,8 +128,8 @@ func Setup(ctx context.Context, s Settings) (*Provider, error) {
 		resource.WithTelemetrySDK(),
 		resource.WithFromEnv(), // OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES override the default
 	)
-	if err != nil {
-		return nil, fmt.Errorf("OTEL_RESOURCE_ATTRIBUTES: %w", err)
+	if err != nil { // CheckEnv has seen the variables' form; the error may quote them
+		return nil, errors.New("OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME: the resource could not be built")
 	}
 	p := &Provider{dropped: prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "bridge_trace_spans_dropped_total",
@@ -131,9 +147,6 @@ func Setup(ctx context.Context, s Settings) (*Provider, error) {
 	// (default parentbased_always_on).
 	p.tp = sdktrace.NewTracerProvider(sdktrace.WithResource(res), sdktrace.WithSpanProcessor(g))
 	otel.SetTextMapPropagator(tracing.Propagator())
-	if s.OnError != nil {
-		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { s.OnError(safeError(err)) }))
-	}
 	return p, nil
 }
 
@@ -145,20 +158,15 @@ func Setup(ctx context.Context, s Settings) (*Provider, error) {
 // the same choice but links the metric and log exporters too: 2 MB of
 // binary and 1.4 MB of resident memory in every bridge process.)
 func newExporter(ctx context.Context, endpoint string) (sdktrace.SpanExporter, error) {
-	proto := os.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+	// CheckEnv has accepted the variables: PROTOCOL is http/protobuf or
+	// grpc, OTEL_TRACES_EXPORTER otlp, console or none.
+	proto := strings.TrimSpace(os.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"))
 	if proto == "" {
-		proto = os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
-	}
-	if proto != "" && proto != "grpc" && proto != "http/protobuf" {
-		return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL %q: want http/protobuf or grpc", proto)
+		proto = strings.TrimSpace(os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL"))
 	}
 	if envEndpoint() || endpoint == "" {
-		switch name := os.Getenv("OTEL_TRACES_EXPORTER"); name {
-		case "", "otlp":
-		case "console":
+		if os.Getenv("OTEL_TRACES_EXPORTER") == "console" {
 			return stdouttrace.New()
-		default:
-			return nil, fmt.Errorf("OTEL_TRACES_EXPORTER %q: want otlp, console or none", name)
 		}
 		if proto == "grpc" {
 			return otlptracegrpc.New(ctx)
