@@ -483,16 +483,12 @@ func (e *ReplayCollisionError) Is(target error) bool { return target == ErrRepla
 // it is want as JetStream stores it. A message that is gone is a
 // mismatch: nothing proves the replay was stored.
 func (q *DLQ) storedReplay(ctx context.Context, want *nats.Msg, ack *jetstream.PubAck) (string, error) {
-	s, err := q.js.Stream(ctx, ack.Stream)
+	m, err := readStored(ctx, q.js, ack.Stream, ack.Sequence)
 	if err != nil {
 		return "", err
 	}
-	m, err := s.GetMsg(ctx, ack.Sequence)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
+	if m == nil {
 		return "it is gone, so it cannot be read back", nil
-	}
-	if err != nil {
-		return "", err
 	}
 	return replayMismatch(m.Subject, m.Header, m.Data, want), nil
 }

@@ -361,7 +361,7 @@ func storeDeadLetter(ctx context.Context, js jetstream.JetStream, stream string,
 	for {
 		ack, err := js.PublishMsg(ctx, m)
 		if err == nil && ack.Duplicate {
-			stored, rerr := readDeadLetter(ctx, js, stream, ack.Sequence)
+			stored, rerr := readStored(ctx, js, stream, ack.Sequence)
 			if rerr != nil {
 				return out, fmt.Errorf("bridge: dead letter answered as a duplicate of %s seq %d, which could not be read back: %w", stream, ack.Sequence, rerr)
 			}
@@ -402,9 +402,10 @@ func storeDeadLetter(ctx context.Context, js jetstream.JetStream, stream string,
 	}
 }
 
-// readDeadLetter reads message seq of the dead-letter stream; nil when
+// readStored reads message seq of a stream (the dead-letter stream, or the
+// source stream a replay went to); nil when
 // it is gone.
-func readDeadLetter(ctx context.Context, js jetstream.JetStream, stream string, seq uint64) (*jetstream.RawStreamMsg, error) {
+func readStored(ctx context.Context, js jetstream.JetStream, stream string, seq uint64) (*jetstream.RawStreamMsg, error) {
 	s, err := js.Stream(ctx, stream)
 	if err != nil {
 		return nil, err

@@ -156,6 +156,9 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, want jetstream.Ke
 		return nil, err
 	}
 	what := "idempotency bucket " + want.Bucket
+	if have := st.Config().Storage; have != want.Storage {
+		warn(what, "storage", have.String(), want.Storage.String())
+	}
 	if st.History() != int64(want.History) {
 		warn(what, "history", strconv.FormatInt(st.History(), 10), strconv.Itoa(int(want.History)))
 	}
@@ -192,10 +195,10 @@ func streamMatches(have, want jetstream.StreamConfig) bool {
 	if dup == 0 {
 		dup = 2 * time.Minute // the server's default window
 	}
+	// Storage and retention are not compared: they cannot change on an
+	// existing stream, and ensureStream only warns about them.
 	return have.Description == want.Description &&
 		slices.Equal(have.Subjects, want.Subjects) &&
-		have.Storage == want.Storage &&
-		have.Retention == want.Retention &&
 		have.MaxAge == want.MaxAge &&
 		have.Duplicates == dup &&
 		max(have.Replicas, 1) == max(want.Replicas, 1) &&

@@ -56,9 +56,11 @@ type storeHealth struct {
 
 func (h *storeHealth) failed(e *IdempotencyStoreError) { h.err.Store(e) }
 
+// succeeded clears the failure it saw, not one recorded since by another
+// route's attempt.
 func (h *storeHealth) succeeded() {
-	if h.err.Load() != nil {
-		h.err.Store(nil)
+	if e := h.err.Load(); e != nil {
+		h.err.CompareAndSwap(e, nil)
 	}
 }
 

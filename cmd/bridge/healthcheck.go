@@ -77,7 +77,13 @@ func healthURL(flagPath string, stderr io.Writer) (string, *tls.Config, error) {
 	if configPath(flagPath) != "" {
 		cfg, _, err := loadConfig(flagPath, "", stderr)
 		if err != nil {
-			return "", nil, err
+			// A health check answers 0 or 1 only (Docker reserves 2): a
+			// configuration that cannot be read makes the check fail.
+			var ee *exitError
+			if errors.As(err, &ee) {
+				return "", nil, &exitError{Code: 1, Msg: ee.Msg}
+			}
+			return "", nil, &exitError{Code: 1, Msg: err.Error()}
 		}
 		if cfg.Admin.Listen == "" {
 			return "", nil, &exitError{Code: 1, Msg: "admin.listen is empty: the bridge serves no /healthz to check"}
@@ -91,7 +97,7 @@ func healthURL(flagPath string, stderr io.Writer) (string, *tls.Config, error) {
 	}
 	host, port, err := net.SplitHostPort(listen)
 	if err != nil {
-		return "", nil, &exitError{Code: 2, Msg: fmt.Sprintf("admin.listen %q: %v", listen, err)}
+		return "", nil, &exitError{Code: 1, Msg: fmt.Sprintf("admin.listen %q: %v", listen, err)}
 	}
 	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
 		host = "127.0.0.1"

@@ -80,6 +80,11 @@ func TestHealthcheck(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.stderr, "connection refused") || len(lines(r.stderr)) != 1 {
 		t.Errorf("nothing listening: %s", r)
 	}
+	// A configuration that cannot be read fails the check (exit 1: a
+	// health check answers 0 or 1 only).
+	if r = runBridge(t, "healthcheck", "--config", filepath.Join(dir, "missing.yaml")); r.code != 1 {
+		t.Errorf("missing configuration: %s", r)
+	}
 	// Bad usage is exit 2.
 	for _, args := range [][]string{{"--url", "ftp://x"}, {"--url", "http://127.0.0.1:1/healthz", "--timeout", "0s"}} {
 		if r = runBridge(t, append([]string{"healthcheck"}, args...)...); r.code != 2 {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -362,7 +363,7 @@ func parseListen(listen string, allowNonLoopback bool) (string, int, error) {
 			return "", 0, fmt.Errorf("embedded: listen %q: invalid port %q", listen, portStr)
 		}
 	}
-	if host == "" || host == "localhost" {
+	if host == "" || strings.EqualFold(host, "localhost") {
 		return "127.0.0.1", port, nil
 	}
 	if allowNonLoopback {

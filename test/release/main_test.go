@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -156,14 +155,4 @@ func tagged(t *testing.T) *release {
 func goEnv(t *testing.T, dir, name string) string {
 	t.Helper()
 	return strings.TrimSpace(mustRun(t, dir, nil, "go", "env", name))
-}
-
-// sortedKeys returns a map's keys, sorted.
-func sortedKeys[V any](m map[string]V) []string {
-	var keys []string
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

@@ -32,6 +32,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -398,7 +399,7 @@ func thirdPartyLicences(root string, env []string, goroot, goVersion string, pkg
 	if err := appendLicences(&b, "std (the Go standard library and runtime, "+goVersion+")", goroot); err != nil {
 		return nil, err
 	}
-	for _, path := range slices.Sorted(mapsKeys(modules)) {
+	for _, path := range slices.Sorted(maps.Keys(modules)) {
 		m := modules[path]
 		heading := m.Path + " " + m.Version
 		dir := m.Dir
@@ -414,16 +415,6 @@ func thirdPartyLicences(root string, env []string, goroot, goVersion string, pkg
 		}
 	}
 	return b.Bytes(), nil
-}
-
-func mapsKeys[V any](m map[string]V) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // appendLicences writes a heading and the licence files at the top of dir
