@@ -220,11 +220,11 @@ func (r *route) keep(s *progressSlot, now time.Time, every time.Duration) {
 // outcome). While another message with the same event id and content is
 // being delivered, it waits (progress acks keep this message) for that
 // delivery's outcome: done makes this one a duplicate, a release lets it
-// reserve. While the bucket cannot be read or
-// written (an *IdempotencyStoreError: unreachable, full), it holds the
-// message the same way and tries again with a growing pause: no delivery is
-// spent, the bridge is not ready meanwhile, and shutdown hands the message
-// back promptly.
+// reserve. While the bucket cannot be read or written (an
+// *IdempotencyStoreError: unreachable, full), it holds the message the same
+// way and tries again with a growing pause: no delivery is spent, the
+// bridge is not ready meanwhile, and shutdown hands the message back
+// promptly.
 func (r *route) reserve(stop context.Context, ev *event) (*lease, error) {
 	key := reservationKey(r.cfg.Name, ev.ID)
 	me := holderOf(ev)

@@ -273,3 +273,65 @@ func TestPreviousReleaseRecordIsADuplicate(t *testing.T) {
 		t.Fatalf("Lookup: %v, want DuplicateEventError", err)
 	}
 }
+
+// Reserve and Lookup (the check of a message past max_deliver) apply one
+// rule: another subject or payload is a conflict whether the record is in
+// flight or done; the same content waits (in flight) or is a duplicate
+// (done). Negative control: the content-blind rule sees no conflict.
+func TestReservationContentRule(t *testing.T) {
+	check := func(t testing.TB, s *reservations) error {
+		ctx := context.Background()
+		key := reservationKey("r", "fall-0001")
+		ev := &event{Stream: "EVENTS", Seq: 1, Delivered: 1, Subject: "events.info.spam", Payload: []byte(`{"a":1}`)}
+		l, err := s.Reserve(ctx, key, holderOf(ev), time.Minute)
+		if err != nil {
+			return err
+		}
+		other := func(subject, payload string) holder {
+			return holderOf(&event{Stream: "EVENTS", Seq: 2, Delivered: 1, Subject: subject, Payload: []byte(payload)})
+		}
+		want := func(state string) error {
+			var c *EventIDConflictError
+			for _, tc := range []struct {
+				me   holder
+				part string
+			}{
+				{other("events.critical.care.caregiver.fall", `{"a":1}`), ConflictSubject},
+				{other("events.info.spam", `{"a":2}`), ConflictPayload},
+			} {
+				if _, err := s.Reserve(ctx, key, tc.me, 0); !errors.As(err, &c) || c.Part != tc.part || c.State != state || c.Seq != 1 {
+					return fmt.Errorf("Reserve with another %s (record %s): %v, want a conflict", tc.part, state, err)
+				}
+				if err := s.Lookup(ctx, key, tc.me); !errors.As(err, &c) || c.Part != tc.part || c.State != state {
+					return fmt.Errorf("Lookup with another %s (record %s): %v, want a conflict", tc.part, state, err)
+				}
+			}
+			return nil
+		}
+		if err := want(stateInFlight); err != nil {
+			return err
+		}
+		same := other(ev.Subject, string(ev.Payload))
+		if _, err := s.Reserve(ctx, key, same, time.Minute); !errors.Is(err, errReserved) {
+			return fmt.Errorf("same content in flight: %v, want errReserved", err)
+		}
+		if err := l.done(ctx, l.me); err != nil {
+			return err
+		}
+		if err := want(stateDone); err != nil {
+			return err
+		}
+		var dup *DuplicateEventError
+		if _, err := s.Reserve(ctx, key, same, time.Minute); !errors.As(err, &dup) {
+			return fmt.Errorf("same content done: %v, want a duplicate", err)
+		}
+		return nil
+	}
+	if err := check(t, newReservations(testBucket(t))); err != nil {
+		t.Fatal(err)
+	}
+	expectBroken(t, "content-blind reservations", func(t testing.TB) error {
+		s := faults{contentBlind: true}.parts().reservations(testBucket(t))
+		return check(t, s)
+	})
+}
