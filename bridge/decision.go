@@ -43,6 +43,9 @@ const (
 	ReasonRejected      = "rejected"
 	ReasonMaxDeliveries = "max-deliveries"
 	ReasonInvalidEvent  = "invalid-event"
+	// ReasonEventIDConflict: the event id was already reserved or delivered
+	// on the route for another subject or payload (EventIDConflictError).
+	ReasonEventIDConflict = "event-id-conflict"
 )
 
 // interruptedDelay is the redelivery delay of an attempt cut off by
@@ -104,6 +107,7 @@ func Decide(err error, delivered uint64, p SettlePolicy) Decision {
 		ie  *InvalidEventError
 		dup *DuplicateEventError
 		dle *DeadLetterError
+		eic *EventIDConflictError
 	)
 	switch {
 	case errors.As(err, &dup):
@@ -111,6 +115,9 @@ func Decide(err error, delivered uint64, p SettlePolicy) Decision {
 	case errors.As(err, &dle):
 		// The dead letter was not stored: never terminate, try again later.
 		return redeliverAfter(p.backoff(delivered))
+	case errors.As(err, &eic):
+		// Never acked as a duplicate: another event holds the id.
+		return Decision{Action: DeadLetter, Reason: ReasonEventIDConflict}
 	case errors.Is(err, ErrInterrupted):
 		// Shutdown cut the attempt (or a hold) short: hand it back promptly.
 		return redeliverAfter(interruptedDelay)

@@ -40,6 +40,8 @@ func decisionMismatches(decide decideFunc) []string {
 		{"circuit open", wrap(&CircuitOpenError{}), 3, Decision{Action: Hold, Delay: interruptedDelay}},
 		{"failed probe", wrap(&CircuitOpenError{Err: &DownstreamError{Status: 400}}), 1, Decision{Action: Hold, Delay: interruptedDelay}},
 		{"invalid", wrap(&InvalidEventError{Reason: "x"}), 1, Decision{Action: DeadLetter, Reason: ReasonInvalidEvent}},
+		{"event-id conflict, subject", wrap(&EventIDConflictError{Part: ConflictSubject, State: stateDone, Stream: "EVENTS", Seq: 1}), 1, Decision{Action: DeadLetter, Reason: ReasonEventIDConflict}},
+		{"event-id conflict, in flight, last delivery", wrap(&EventIDConflictError{Part: ConflictPayload, State: stateInFlight}), 3, Decision{Action: DeadLetter, Reason: ReasonEventIDConflict}},
 		{"exhausted", wrap(ErrDeliveriesExhausted), 4, Decision{Action: DeadLetter, Reason: ReasonMaxDeliveries}},
 		{"interrupted", wrap(ErrInterrupted), 3, Decision{Action: Redeliver, Delay: interruptedDelay}},
 		{"hold interrupted by shutdown", wrap(fmt.Errorf("%w: %w", ErrInterrupted, &CircuitOpenError{})), 1, Decision{Action: Redeliver, Delay: interruptedDelay}},
@@ -58,6 +60,8 @@ func decisionMismatches(decide decideFunc) []string {
 		{"exhausted, dead letter not stored", &DeadLetterError{Reason: ReasonMaxDeliveries, Failure: ErrDeliveriesExhausted, Err: errors.New("x")}, 4,
 			Decision{Action: Redeliver, Delay: 5 * time.Second}},
 		{"invalid, dead letter not stored", &DeadLetterError{Reason: ReasonInvalidEvent, Failure: &InvalidEventError{}, Err: errors.New("x")}, 1,
+			Decision{Action: Redeliver, Delay: time.Second}},
+		{"event-id conflict, dead letter not stored", &DeadLetterError{Reason: ReasonEventIDConflict, Failure: wrap(&EventIDConflictError{Part: ConflictSubject}), Err: errors.New("x")}, 1,
 			Decision{Action: Redeliver, Delay: time.Second}},
 	}
 	// Every status code net/http knows, on first and last delivery.

@@ -64,8 +64,10 @@ func (r *route) process(stop, work context.Context, ev *event, invalid error, he
 		// The previous delivery was the last one allowed and was never
 		// settled. If it did deliver (its ack was lost), this is a
 		// duplicate, not a dead letter.
-		if idempotent && r.alreadyDone(stop, ev) {
-			return 0, &DuplicateEventError{EventID: ev.ID}
+		if idempotent {
+			if err := r.alreadyDone(stop, ev); err != nil {
+				return 0, err
+			}
 		}
 		return 0, ErrDeliveriesExhausted
 	}
@@ -211,17 +213,21 @@ func (r *route) keep(s *progressSlot, now time.Time, every time.Duration) {
 	}
 }
 
-// reserve takes the event's idempotency reservation. While another message
-// with the same event id is being delivered, it waits (progress acks keep
-// this message) for that delivery's outcome: done makes this one a
-// duplicate, a release lets it reserve. While the bucket cannot be read or
-// written (an *IdempotencyStoreError: unreachable, full), it holds the
-// message the same way and tries again with a growing pause: no delivery is
-// spent, the bridge is not ready meanwhile, and shutdown hands the message
-// back promptly.
+// reserve takes the event's idempotency reservation. A reservation of the
+// event id for another subject or payload, done or still in flight, makes
+// this message an event-id conflict at once (an *EventIDConflictError:
+// dead-lettered, nothing sent; it does not wait for an in-flight one's
+// outcome). While another message with the same event id and content is
+// being delivered, it waits (progress acks keep this message) for that
+// delivery's outcome: done makes this one a duplicate, a release lets it
+// reserve. While the bucket cannot be read or written (an
+// *IdempotencyStoreError: unreachable, full), it holds the message the same
+// way and tries again with a growing pause: no delivery is spent, the
+// bridge is not ready meanwhile, and shutdown hands the message back
+// promptly.
 func (r *route) reserve(stop context.Context, ev *event) (*lease, error) {
 	key := reservationKey(r.cfg.Name, ev.ID)
-	me := holder{stream: ev.Stream, seq: ev.Seq, delivered: ev.Delivered}
+	me := holderOf(ev)
 	var since time.Time // when waiting for another delivery's outcome began
 	failures := 0       // store failures in a row
 	for {
@@ -231,12 +237,19 @@ func (r *route) reserve(stop context.Context, ev *event) (*lease, error) {
 		if !errors.Is(err, errReserved) && !since.IsZero() {
 			traceWait(ev, eventReservation, since)
 		}
-		var dup *DuplicateEventError
+		var (
+			dup      *DuplicateEventError
+			conflict *EventIDConflictError
+		)
 		pause := reservePoll
 		switch {
 		case errors.As(err, &dup):
 			dup.EventID = ev.ID
 			r.b.storeHealth.succeeded()
+			return nil, err
+		case errors.As(err, &conflict):
+			r.b.storeHealth.succeeded()
+			r.conflict(ev, conflict)
 			return nil, err
 		case err == nil:
 			r.b.storeHealth.succeeded()
@@ -269,18 +282,44 @@ func (r *route) reserve(stop context.Context, ev *event) (*lease, error) {
 	}
 }
 
-// alreadyDone reports whether the event's reservation says it was
-// delivered. A failed lookup answers false: the message is then
-// dead-lettered as it would be without idempotency.
-func (r *route) alreadyDone(stop context.Context, ev *event) bool {
+// conflict counts and reports an event-id conflict: the message's stream
+// sequence, the part that differs and where the record's message is (never
+// a payload, subject or header value). The dead-lettering that follows
+// logs its own line.
+func (r *route) conflict(ev *event, c *EventIDConflictError) {
+	r.b.m.idempotencyConflicts.WithLabelValues(r.cfg.Name, c.Part).Inc()
+	msgLog(r.log.Warn(), ev).Str("failure", FailureEventIDConflict).Str("differs", c.Part).
+		Str("record_state", c.State).Str("record_stream", c.Stream).Uint64("record_stream_seq", c.Seq).
+		Msg("event id conflict: the event id is already reserved or delivered on this route for another " + c.Part + "; nothing is sent and the message is dead-lettered")
+}
+
+// alreadyDone reads the event's reservation for a message past
+// max_deliver: a *DuplicateEventError when it says the event was delivered
+// with this content, an *EventIDConflictError when it was reserved or
+// delivered for another subject or payload, else nil. A failed lookup
+// answers nil: the message is then dead-lettered as it would be without
+// idempotency.
+func (r *route) alreadyDone(stop context.Context, ev *event) error {
 	ctx, cancel := context.WithTimeout(stop, settleTimeout)
 	defer cancel()
-	done, err := r.b.idem.Done(ctx, reservationKey(r.cfg.Name, ev.ID))
-	if err != nil {
-		r.b.m.idempotencyErrors.WithLabelValues(r.cfg.Name).Inc()
-		msgLog(r.log.Warn(), ev).Str("error", err.Error()).Msg("idempotency lookup failed for a message past max_deliver")
+	err := r.b.idem.Lookup(ctx, reservationKey(r.cfg.Name, ev.ID), holderOf(ev))
+	var (
+		dup      *DuplicateEventError
+		conflict *EventIDConflictError
+	)
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &dup):
+		dup.EventID = ev.ID
+		return err
+	case errors.As(err, &conflict):
+		r.conflict(ev, conflict)
+		return err
 	}
-	return done
+	r.b.m.idempotencyErrors.WithLabelValues(r.cfg.Name).Inc()
+	msgLog(r.log.Warn(), ev).Str("error", err.Error()).Msg("idempotency lookup failed for a message past max_deliver")
+	return nil
 }
 
 // record closes the reservation after the attempt: done after a 2xx (before
@@ -299,8 +338,7 @@ func (r *route) record(l *lease, ev *event, failure error) error {
 		}
 		return failure
 	}
-	h := holder{stream: ev.Stream, seq: ev.Seq, delivered: ev.Delivered}
-	if err := l.done(ctx, h); err != nil {
+	if err := l.done(ctx, l.me); err != nil {
 		r.b.m.idempotencyErrors.WithLabelValues(r.cfg.Name).Inc()
 		msgLog(r.log.Warn(), ev).Str("error", err.Error()).Msg("delivered, but not recorded as done: a redelivery would be sent again")
 	}

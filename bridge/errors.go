@@ -17,6 +17,16 @@ const (
 	// FailureIdempotencyStore: the idempotency bucket could not be read or
 	// written; the message is held (not spent) until it can.
 	FailureIdempotencyStore = "idempotency-store"
+	// FailureEventIDConflict: the event id was already reserved or
+	// delivered on the route for another subject or payload; nothing is
+	// sent and the message is dead-lettered.
+	FailureEventIDConflict = "event-id-conflict"
+)
+
+// What differs in an event-id conflict (EventIDConflictError.Part).
+const (
+	ConflictSubject = "subject"
+	ConflictPayload = "payload"
 )
 
 // Every error of the package starts with "bridge: " and matches one of the
@@ -81,8 +91,8 @@ func (e *DeadLetterError) Unwrap() []error {
 
 // DeliveryError is the parent of every delivery failure: it names the route,
 // destination and message, and wraps exactly one typed failure
-// (*TransportError, *DownstreamError, *CircuitOpenError, *InvalidEventError
-// or *DuplicateEventError), reachable with errors.As.
+// (*TransportError, *DownstreamError, *CircuitOpenError, *InvalidEventError,
+// *DuplicateEventError or *EventIDConflictError), reachable with errors.As.
 type DeliveryError struct {
 	Route       string
 	Destination string
@@ -164,6 +174,28 @@ type DuplicateEventError struct {
 
 func (e *DuplicateEventError) Error() string { return "event already delivered" }
 
+// EventIDConflictError means the event id was already reserved (in flight)
+// or delivered (done) on this route for another message whose subject or
+// payload differs (routes with idempotency): the same id names another
+// event, and one producer could otherwise suppress another's event. Nothing
+// is sent; the message is dead-lettered with reason event-id-conflict. It
+// names the part that differs and where the record's message is in the
+// source stream, never a payload, a subject, a header value or the id.
+type EventIDConflictError struct {
+	Part   string // ConflictSubject or ConflictPayload
+	State  string // of the record: "done" or "inflight"
+	Stream string // the record's message: stream
+	Seq    uint64 // and stream sequence
+}
+
+func (e *EventIDConflictError) Error() string {
+	what := "delivered"
+	if e.State == stateInFlight {
+		what = "reserved"
+	}
+	return "event id already " + what + " for another " + e.Part + " (" + e.Stream + " seq " + strconv.FormatUint(e.Seq, 10) + ")"
+}
+
 // IdempotencyStoreError means the idempotency bucket could not take or read
 // a reservation (unreachable, full, or refusing writes). It is not the
 // message's fault: the message is held, with progress acks and without
@@ -189,10 +221,13 @@ func FailureKind(err error) string {
 		ce *CircuitOpenError
 		ie *InvalidEventError
 		se *IdempotencyStoreError
+		ee *EventIDConflictError
 	)
 	switch {
 	case err == nil:
 		return ""
+	case errors.As(err, &ee):
+		return FailureEventIDConflict
 	case errors.As(err, &se):
 		return FailureIdempotencyStore
 	case errors.As(err, &ce):

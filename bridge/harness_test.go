@@ -314,6 +314,7 @@ type faults struct {
 	beforeAck                func()
 	keepReservationOnFailure bool // a failed delivery leaves its reservation behind
 	noTakeover               bool // an in-flight reservation is never taken over
+	contentBlind             bool // a reservation's subject and payload digest are never compared (the event id alone decides)
 	ignoreAdvisories         bool // MAX_DELIVERIES advisories are not processed
 
 	transportRetryStatuses  bool // the transport retry also retries 5xx responses
@@ -341,7 +342,7 @@ func is5xx(r *response, err error) bool { return err == nil && r != nil && r.sta
 // parts are defaultParts with the broken variants f names.
 func (f faults) parts() parts {
 	p := defaultParts()
-	if f.reserveCreate != nil || f.noTakeover || f.keepReservationOnFailure {
+	if f.reserveCreate != nil || f.noTakeover || f.keepReservationOnFailure || f.contentBlind {
 		p.reservations = func(kv jetstream.KeyValue) *reservations {
 			s := newReservations(kv)
 			if f.reserveCreate != nil {
@@ -352,6 +353,9 @@ func (f faults) parts() parts {
 			}
 			if f.keepReservationOnFailure {
 				s.release = func(context.Context, *lease) error { return nil }
+			}
+			if f.contentBlind {
+				s.differs = func(holder, holder) string { return "" }
 			}
 			return s
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -47,6 +48,11 @@ type reservations struct {
 	abandoned func(have, me holder, age, stale time.Duration) bool
 	// release deletes a lease's reservation if it is still the lease's.
 	release func(ctx context.Context, l *lease) error
+	// differs compares what a reservation was taken for with the message
+	// me: "subject" or "payload" when they differ (an event-id conflict),
+	// "" when they agree or the reservation does not say (a record of a
+	// release before records said what they were for).
+	differs func(have, me holder) string
 }
 
 func newReservations(kv jetstream.KeyValue) *reservations {
@@ -57,7 +63,24 @@ func newReservations(kv jetstream.KeyValue) *reservations {
 		},
 		abandoned: takeover,
 		release:   func(ctx context.Context, l *lease) error { return l.release(ctx) },
+		differs:   differs,
 	}
+}
+
+// differs is the content rule of a reservation: the same event id is the
+// same event only for the same subject and the same SHA-256 of the payload
+// bytes. A record without content (written by a previous release, see holder)
+// is trusted as before: "" whatever me holds.
+func differs(have, me holder) string {
+	switch {
+	case have.digest == "":
+		return ""
+	case have.subject != me.subject:
+		return ConflictSubject
+	case have.digest != me.digest:
+		return ConflictPayload
+	}
+	return ""
 }
 
 // takeover is the rule for an in-flight reservation: it is abandoned when
@@ -80,35 +103,82 @@ func reservationKey(route, eventID string) string {
 	return route + ".h." + base64.RawURLEncoding.EncodeToString(sum[:])
 }
 
-// holder identifies the message delivery that holds a reservation.
+// holder identifies the message delivery that holds a reservation, and
+// what the reservation is for: the message's subject and the SHA-256 of its
+// payload bytes (hex).
+//
+// Its encoding is four fields separated by spaces, as the previous release
+// wrote and reads them (state, stream, stream sequence, delivery count),
+// with the content in the second field:
+//
+//	done EVENTS/<sha256 hex>/<subject> 12 1
+//
+// Neither a subject nor a stream name holds a space, and a stream name
+// holds no "/", so the field splits at its first two "/". A previous
+// release reads such a record with its fields: "done" is a duplicate to it
+// (as every done record was), and an in-flight one names a stream that is
+// not its message's, so it waits until the reservation is stale (ack_wait
+// without a refresh) before taking it over; it never fails to parse it. A
+// record of the previous release (stream without "/") has no content.
 type holder struct {
 	state     string
 	stream    string
 	seq       uint64
 	delivered uint64
+	subject   string // "" in a record of the previous release
+	digest    string // SHA-256 of the payload, hex; "" in a record of the previous release
+}
+
+// holderOf is the holder of an event's delivery, with its content.
+func holderOf(ev *event) holder {
+	sum := sha256.Sum256(ev.Payload)
+	return holder{stream: ev.Stream, seq: ev.Seq, delivered: ev.Delivered,
+		subject: ev.Subject, digest: hex.EncodeToString(sum[:])}
 }
 
 func (h holder) encode() []byte {
-	return []byte(h.state + " " + h.stream + " " + strconv.FormatUint(h.seq, 10) + " " + strconv.FormatUint(h.delivered, 10))
+	stream := h.stream
+	if h.digest != "" {
+		stream += "/" + h.digest + "/" + h.subject
+	}
+	return []byte(h.state + " " + stream + " " + strconv.FormatUint(h.seq, 10) + " " + strconv.FormatUint(h.delivered, 10))
+}
+
+// errUnreadable is parseHolder's error; it never quotes the record, which
+// names a subject.
+func errUnreadable(b []byte) error {
+	return fmt.Errorf("bridge: unreadable reservation (%d bytes)", len(b))
 }
 
 func parseHolder(b []byte) (holder, error) {
 	f := strings.Fields(string(b))
 	if len(f) != 4 || (f[0] != stateInFlight && f[0] != stateDone) {
-		return holder{}, fmt.Errorf("bridge: unreadable reservation %q", b)
+		return holder{}, errUnreadable(b)
 	}
 	seq, err1 := strconv.ParseUint(f[2], 10, 64)
 	n, err2 := strconv.ParseUint(f[3], 10, 64)
 	if err1 != nil || err2 != nil {
-		return holder{}, fmt.Errorf("bridge: unreadable reservation %q", b)
+		return holder{}, errUnreadable(b)
 	}
-	return holder{state: f[0], stream: f[1], seq: seq, delivered: n}, nil
+	h := holder{state: f[0], stream: f[1], seq: seq, delivered: n}
+	if i := strings.IndexByte(f[1], '/'); i >= 0 {
+		c := strings.SplitN(f[1], "/", 3)
+		if len(c) != 3 || c[0] == "" || c[2] == "" || len(c[1]) != 2*sha256.Size {
+			return holder{}, errUnreadable(b)
+		}
+		if _, err := hex.DecodeString(c[1]); err != nil {
+			return holder{}, errUnreadable(b)
+		}
+		h.stream, h.digest, h.subject = c[0], c[1], c[2]
+	}
+	return h, nil
 }
 
 // lease is a won reservation. Its owner refreshes it while the attempt runs
 // (so that it never looks abandoned), then marks it done or releases it.
 type lease struct {
 	s      *reservations
+	me     holder // the delivery that holds it, with its content
 	key    string
 	value  []byte
 	mu     sync.Mutex
@@ -117,9 +187,12 @@ type lease struct {
 }
 
 // Reserve tries once to take the reservation of the event for the message
-// delivery me. It returns a lease when it wins; a *DuplicateEventError when
-// the event was already delivered; errReserved when another message holds a
-// fresh in-flight reservation. An in-flight reservation is taken over (by
+// delivery me. It returns a lease when it wins; an *EventIDConflictError
+// when the reservation, done or in flight, was taken for another subject or
+// payload (decided at once, without waiting for an in-flight one's
+// outcome); a *DuplicateEventError when the event was already delivered
+// with the same content; errReserved when another message with the same
+// content holds a fresh in-flight reservation. An in-flight reservation is taken over (by
 // compare-and-swap, so again exactly one winner) when it is older than
 // stale, or when it is held by an earlier delivery of this same message:
 // the broker redelivers a message only once that delivery has lost it.
@@ -129,7 +202,7 @@ func (s *reservations) Reserve(ctx context.Context, key string, me holder, stale
 	for {
 		rev, err := s.create(ctx, key, value)
 		if err == nil {
-			return &lease{s: s, key: key, value: value, rev: rev}, nil
+			return &lease{s: s, me: me, key: key, value: value, rev: rev}, nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			return nil, fmt.Errorf("bridge: reserve: %w", err)
@@ -145,8 +218,8 @@ func (s *reservations) Reserve(ctx context.Context, key string, me holder, stale
 		if err != nil {
 			return nil, err
 		}
-		if h.state == stateDone {
-			return nil, &DuplicateEventError{}
+		if err := s.settled(h, me); err != nil {
+			return nil, err
 		}
 		if !s.abandoned(h, me, time.Since(e.Created()), stale) {
 			return nil, errReserved
@@ -158,8 +231,22 @@ func (s *reservations) Reserve(ctx context.Context, key string, me holder, stale
 		if err != nil {
 			return nil, fmt.Errorf("bridge: take over reservation: %w", err)
 		}
-		return &lease{s: s, key: key, value: value, rev: rev}, nil
+		return &lease{s: s, me: me, key: key, value: value, rev: rev}, nil
 	}
+}
+
+// settled is what an existing reservation h says of the delivery me: an
+// *EventIDConflictError when it was taken for other content, whatever its
+// state; a *DuplicateEventError when it is done; nil when it is in flight
+// for the same content.
+func (s *reservations) settled(h, me holder) error {
+	if part := s.differs(h, me); part != "" {
+		return &EventIDConflictError{Part: part, State: h.state, Stream: h.stream, Seq: h.seq}
+	}
+	if h.state == stateDone {
+		return &DuplicateEventError{}
+	}
+	return nil
 }
 
 // refresh rewrites the in-flight value so the reservation stays fresh.
@@ -198,24 +285,28 @@ func (l *lease) reread() (uint64, bool) {
 	return e.Revision(), true
 }
 
-// Done reports whether the reservation under key says the event was
-// delivered.
-func (s *reservations) Done(ctx context.Context, key string) (bool, error) {
+// Lookup reads the reservation under key for the delivery me without
+// taking it: a *DuplicateEventError when it says the event was delivered
+// with the same content, an *EventIDConflictError when it was taken (done
+// or in flight) for other content, nil when there is none or it is in
+// flight for the same content.
+func (s *reservations) Lookup(ctx context.Context, key string, me holder) error {
 	e, err := s.kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return false, nil
+		return nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("bridge: read reservation: %w", err)
+		return fmt.Errorf("bridge: read reservation: %w", err)
 	}
 	h, err := parseHolder(e.Value())
 	if err != nil {
-		return false, err
+		return err
 	}
-	return h.state == stateDone, nil
+	return s.settled(h, me)
 }
 
-// done records the delivery: later deliveries of the event are skipped.
+// done records the delivery h (with its content): later deliveries of the
+// event with the same content are skipped, others are conflicts.
 func (l *lease) done(ctx context.Context, h holder) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()

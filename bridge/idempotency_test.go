@@ -499,8 +499,9 @@ func TestRefreshWithALostAnswerKeepsTheLease(t *testing.T) {
 	if err := l.done(ctx, me); err != nil {
 		t.Fatalf("done: %v", err)
 	}
-	if done, err := s.Done(ctx, key); err != nil || !done {
-		t.Fatalf("Done = %t, %v; want true", done, err)
+	var dup *DuplicateEventError
+	if err := s.Lookup(ctx, key, me); !errors.As(err, &dup) {
+		t.Fatalf("Lookup = %v; want DuplicateEventError", err)
 	}
 
 	// Taken over by another delivery: the lease must not adopt its revision.

@@ -45,6 +45,8 @@ type metrics struct {
 	consumerPending   *prometheus.GaugeVec   // route
 	deadLettersStored prometheus.Gauge       // the dead-letter stream's messages
 	idempotencyErrors *prometheus.CounterVec // route
+	// idempotencyConflicts counts event-id conflicts found (idempotency.go).
+	idempotencyConflicts *prometheus.CounterVec // route, part
 
 	// Children of the hot path, looked up once here rather than per
 	// message; read-only after newMetrics.
@@ -148,11 +150,15 @@ func newMetrics(reg prometheus.Registerer, cfg *config.Config) (*metrics, error)
 			Name: "bridge_idempotency_errors_total",
 			Help: "Failed reads or writes of the idempotency bucket, by route (a reservation not taken, refreshed, recorded or released).",
 		}, []string{"route"}),
+		idempotencyConflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bridge_idempotency_conflicts_total",
+			Help: "Messages whose event id was already reserved or delivered on the route for another subject or payload (part: subject, payload), by route; each is dead-lettered with reason event-id-conflict. A conflict found again (its dead letter not stored, the message redelivered) counts again.",
+		}, []string{"route", "part"}),
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.messages, m.requests, m.duration, m.circuit, m.inFlight, m.deadLetters,
 			m.payloadOmitted, m.safetyNet, m.concurrencyLimit, m.gateInFlight, m.waiting, m.rateLimitedSecs, m.pausedSecs, m.budgetRefusals,
-			m.consumerPending, m.deadLettersStored, m.idempotencyErrors} {
+			m.consumerPending, m.deadLettersStored, m.idempotencyErrors, m.idempotencyConflicts} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -179,8 +185,11 @@ func newMetrics(reg prometheus.Registerer, cfg *config.Config) (*metrics, error)
 			children[o] = m.messages.WithLabelValues(r.Name, o)
 		}
 		m.settledChildren[r.Name] = children
-		for _, reason := range []string{ReasonRejected, ReasonMaxDeliveries, ReasonInvalidEvent} {
+		for _, reason := range []string{ReasonRejected, ReasonMaxDeliveries, ReasonInvalidEvent, ReasonEventIDConflict} {
 			m.deadLetters.WithLabelValues(r.Name, reason)
+		}
+		for _, part := range []string{ConflictSubject, ConflictPayload} {
+			m.idempotencyConflicts.WithLabelValues(r.Name, part)
 		}
 		m.inFlight.WithLabelValues(r.Name)
 		m.payloadOmitted.WithLabelValues(r.Name)
