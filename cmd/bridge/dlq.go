@@ -108,7 +108,7 @@ func dlqCommand(c *cobra.Command, o *dlqOptions, filters dlqFilters, check func(
 }
 
 // Reasons --reason accepts: a typo would otherwise match nothing silently.
-var dlqReasons = []string{bridge.ReasonRejected, bridge.ReasonMaxDeliveries, bridge.ReasonInvalidEvent}
+var dlqReasons = []string{bridge.ReasonRejected, bridge.ReasonMaxDeliveries, bridge.ReasonInvalidEvent, bridge.ReasonEventIDConflict}
 
 // dlqOpTimeout bounds one replay or delete. It is not cut short by a
 // signal: the current dead letter is finished, then the command stops.
