@@ -137,9 +137,10 @@ func envNames(env []corev1.EnvVar) []string {
 }
 
 // checkProbes: port want named admin (the port of config admin.listen),
-// liveness on GET /healthz and readiness on GET /readyz there, and a
-// ClusterIP Service exposing it for the pods of the release.
-func checkProbes(r *rendered, want int32) (p problems) {
+// liveness on GET /healthz and readiness on GET /readyz there with scheme
+// (HTTPS exactly when the configuration has admin.tls), and a ClusterIP
+// Service exposing it for the pods of the release.
+func checkProbes(r *rendered, want int32, scheme corev1.URIScheme) (p problems) {
 	c := r.container(&p)
 	if c == nil {
 		return p
@@ -148,23 +149,29 @@ func checkProbes(r *rendered, want int32) (p problems) {
 	if !reflect.DeepEqual(c.Ports, wantPorts) {
 		p.add("container ports %+v, want %+v", c.Ports, wantPorts)
 	}
+	get := func(path string) corev1.ProbeHandler {
+		return corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString("admin"), Scheme: scheme}}
+	}
 	for _, pr := range []struct {
-		name  string
-		probe *corev1.Probe
-		path  string
-	}{{"liveness", c.LivenessProbe, "/healthz"}, {"readiness", c.ReadinessProbe, "/readyz"}} {
-		switch {
-		case pr.probe == nil || pr.probe.HTTPGet == nil:
-			p.add("%s probe: not an HTTP GET", pr.name)
-		case pr.probe.HTTPGet.Path != pr.path || pr.probe.HTTPGet.Port != intstr.FromString("admin") ||
-			(pr.probe.HTTPGet.Scheme != "" && pr.probe.HTTPGet.Scheme != corev1.URISchemeHTTP):
-			p.add("%s probe: GET %s on port %s (%s), want GET %s on port admin", pr.name, pr.probe.HTTPGet.Path, pr.probe.HTTPGet.Port.String(), pr.probe.HTTPGet.Scheme, pr.path)
+		name      string
+		got, want *corev1.Probe
+	}{
+		{"liveness", c.LivenessProbe, &corev1.Probe{ProbeHandler: get("/healthz"), InitialDelaySeconds: 5, PeriodSeconds: 10, TimeoutSeconds: 2, FailureThreshold: 3}},
+		{"readiness", c.ReadinessProbe, &corev1.Probe{ProbeHandler: get("/readyz"), PeriodSeconds: 5, TimeoutSeconds: 2, FailureThreshold: 2}},
+	} {
+		if !reflect.DeepEqual(pr.got, pr.want) {
+			g, _ := json.Marshal(pr.got)
+			w, _ := json.Marshal(pr.want)
+			p.add("%s probe %s, want %s", pr.name, g, w)
 		}
 	}
 	if cfg := r.bridgeConfig(&p); cfg != nil {
 		listen, _ := dig(cfg, "admin", "listen").(string)
 		if !strings.HasSuffix(listen, fmt.Sprintf(":%d", want)) {
 			p.add("config admin.listen %q is not on port %d", listen, want)
+		}
+		if tls := adminTLS(cfg); tls != (scheme == corev1.URISchemeHTTPS) {
+			p.add("config admin.tls set = %v, but the probes are wanted over %s", tls, scheme)
 		}
 	}
 	s := r.service
@@ -180,6 +187,13 @@ func checkProbes(r *rendered, want int32) (p problems) {
 		p.add("the Service selects %v, not the Deployment's pods", s.Spec.Selector)
 	}
 	return p
+}
+
+// adminTLS: the configuration has admin.tls (the bridge serves HTTPS only).
+func adminTLS(cfg map[string]any) bool {
+	cert, _ := dig(cfg, "admin", "tls", "cert_file").(string)
+	key, _ := dig(cfg, "admin", "tls", "key_file").(string)
+	return cert != "" || key != ""
 }
 
 // dig returns the value at keys in nested maps, or nil.

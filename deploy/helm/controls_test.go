@@ -51,17 +51,31 @@ func TestChecksCatchBrokenRenders(t *testing.T) {
 		}, "/etc/jetbridge is not the whole chart's ConfigMap"},
 
 		{"readiness path", func() problems {
-			return checkProbes(edit("", func(r *rendered) { bridge(r).ReadinessProbe.HTTPGet.Path = "/healthz" }), 8088)
-		}, "readiness probe: GET /healthz on port admin (), want GET /readyz"},
+			return checkProbes(edit("", func(r *rendered) { bridge(r).ReadinessProbe.HTTPGet.Path = "/healthz" }), 8088, corev1.URISchemeHTTP)
+		}, `readiness probe {"httpGet":{"path":"/healthz","port":"admin","scheme":"HTTP"},"timeoutSeconds":2,"periodSeconds":5,"failureThreshold":2}, want {"httpGet":{"path":"/readyz"`},
 		{"liveness port", func() problems {
-			return checkProbes(edit("", func(r *rendered) { bridge(r).LivenessProbe.HTTPGet.Port = intstr.FromInt32(8088) }), 8088)
-		}, "liveness probe: GET /healthz on port 8088"},
+			return checkProbes(edit("", func(r *rendered) { bridge(r).LivenessProbe.HTTPGet.Port = intstr.FromInt32(8088) }), 8088, corev1.URISchemeHTTP)
+		}, `liveness probe {"httpGet":{"path":"/healthz","port":8088,"scheme":"HTTP"}`},
+		{"probe timing", func() problems {
+			return checkProbes(edit("", func(r *rendered) { bridge(r).LivenessProbe.TimeoutSeconds = 1 }), 8088, corev1.URISchemeHTTP)
+		}, `liveness probe {"httpGet":{"path":"/healthz","port":"admin","scheme":"HTTP"},"initialDelaySeconds":5,"timeoutSeconds":1`},
+		{"probes HTTP with admin.tls", func() problems {
+			return checkProbes(edit(adminTLSValues, func(r *rendered) { bridge(r).ReadinessProbe.HTTPGet.Scheme = corev1.URISchemeHTTP }), 8088, corev1.URISchemeHTTPS)
+		}, `readiness probe {"httpGet":{"path":"/readyz","port":"admin","scheme":"HTTP"}`},
+		{"probes HTTPS without admin.tls", func() problems {
+			return checkProbes(mustRender(t, ""), 8088, corev1.URISchemeHTTPS)
+		}, "config admin.tls set = false, but the probes are wanted over HTTPS"},
+		{"probes HTTP wanted with admin.tls", func() problems {
+			return checkProbes(mustRender(t, adminTLSValues), 8088, corev1.URISchemeHTTP)
+		}, `liveness probe {"httpGet":{"path":"/healthz","port":"admin","scheme":"HTTPS"}`},
 		{"admin port", func() problems {
-			return checkProbes(mustRender(t, "config: {admin: {listen: \"0.0.0.0:9090\"}}\n"), 8088)
+			return checkProbes(mustRender(t, "config: {admin: {listen: \"0.0.0.0:9090\"}}\n"), 8088, corev1.URISchemeHTTP)
 		}, "container ports"},
-		{"service type", func() problems { return checkProbes(mustRender(t, "service: {type: NodePort}\n"), 8088) }, "Service NodePort"},
+		{"service type", func() problems {
+			return checkProbes(mustRender(t, "service: {type: NodePort}\n"), 8088, corev1.URISchemeHTTP)
+		}, "Service NodePort"},
 		{"service selector", func() problems {
-			return checkProbes(edit("", func(r *rendered) { r.service.Spec.Selector = map[string]string{"app": "x"} }), 8088)
+			return checkProbes(edit("", func(r *rendered) { r.service.Spec.Selector = map[string]string{"app": "x"} }), 8088, corev1.URISchemeHTTP)
 		}, "the Service selects map[app:x], not the Deployment's pods"},
 
 		{"grace equal", func() problems {

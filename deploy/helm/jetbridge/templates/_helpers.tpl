@@ -76,6 +76,27 @@ an empty, loopback or malformed address is refused at render time.
 {{- end -}}
 
 {{/*
+"true" when config.admin.tls names a certificate and a key: the bridge then
+serves the admin port over HTTPS only, and the probes and the
+ServiceMonitor follow. "" without them; one without the other is refused,
+as the bridge refuses it.
+*/}}
+{{- define "jetbridge.adminTLS" -}}
+{{- $tls := dig "admin" "tls" dict (.Values.config | default dict) | default dict -}}
+{{- $cert := get $tls "cert_file" | default "" | toString -}}
+{{- $key := get $tls "key_file" | default "" | toString -}}
+{{- if ne (eq $cert "") (eq $key "") -}}
+{{- fail "config.admin.tls: cert_file and key_file must be set together (the bridge refuses one without the other)" -}}
+{{- end -}}
+{{- if $cert -}}true{{- end -}}
+{{- end -}}
+
+{{/* "HTTPS" with config.admin.tls, else "HTTP". */}}
+{{- define "jetbridge.adminScheme" -}}
+{{- ternary "HTTPS" "HTTP" (eq (include "jetbridge.adminTLS" .) "true") -}}
+{{- end -}}
+
+{{/*
 config.shutdown_timeout in whole seconds, rounded up (a Go duration such as
 30s, 1m30s, 2m or 500ms; absent: the bridge's default, 30s).
 */}}
