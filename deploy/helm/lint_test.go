@@ -43,7 +43,7 @@ func lint(t *testing.T, valuesYAML string) []string {
 }
 
 func TestLint(t *testing.T) {
-	for name, values := range map[string]string{"defaults": "", "custom": customValues, "secretEnv": secretEnvValues, "one replica": "replicaCount: 1\n", "admin TLS": adminTLSValues} {
+	for name, values := range map[string]string{"defaults": "", "custom": customValues, "secretEnv": secretEnvValues, "one replica": "replicaCount: 1\n", "admin TLS": adminTLSValues, "token monitor": tokenMonitorValues, "TLS monitor": tlsMonitorValues} {
 		if msgs := lint(t, values); len(msgs) > 0 {
 			t.Errorf("helm lint --strict (%s):\n  %s", name, strings.Join(msgs, "\n  "))
 		}
