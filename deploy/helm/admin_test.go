@@ -157,6 +157,10 @@ func TestServiceMonitorAdminToken(t *testing.T) {
 	r = mustRender(t, "existingSecret: jetbridge-env\nserviceMonitor: {enabled: true}\nprometheusRule: {enabled: true}\nconfig: {admin: {token: \"${file:/run/secrets/admin-token}\"}}\n")
 	requireNone(t, "monitoring with ${file:}", checkMonitoring(r, &monitoring{interval: "30s", tokenSecret: "jetbridge-env", tokenKey: "ADMIN_TOKEN"}, alerts))
 
+	// A key YAML would read as a number stays a string.
+	r = mustRender(t, "existingSecret: jetbridge-env\nadminToken: {secretKey: \"0123\"}\nserviceMonitor: {enabled: true}\nprometheusRule: {enabled: true}\nconfig: {admin: {token: \"${file:/run/secrets/admin-token}\"}}\n")
+	requireNone(t, "monitoring with a numeric key", checkMonitoring(r, &monitoring{interval: "30s", tokenSecret: "jetbridge-env", tokenKey: "0123"}, alerts))
+
 	// Without the token in the configuration, no credentials, whatever
 	// adminToken says.
 	r = mustRender(t, "existingSecret: jetbridge-env\nadminToken: {secretKey: X}\nserviceMonitor: {enabled: true}\nprometheusRule: {enabled: true}\n")
