@@ -145,7 +145,7 @@ func TestDefaults(t *testing.T) {
 	}
 	requireNone(t, "replicas", checkReplicas(r, 2))
 	requireNone(t, "container", checkContainer(r, "jetbridge:v0.1.0", corev1.PullIfNotPresent, nil))
-	requireNone(t, "probes", checkProbes(r, 8088))
+	requireNone(t, "probes", checkProbes(r, 8088, corev1.URISchemeHTTP))
 	requireNone(t, "grace", checkGrace(r))
 	if g := r.deployment.Spec.Template.Spec.TerminationGracePeriodSeconds; g == nil || *g != 45 {
 		t.Errorf("terminationGracePeriodSeconds = %v, want 45 (30s + 15)", deref(g))
@@ -171,7 +171,7 @@ func TestCustomValues(t *testing.T) {
 		{Name: "OTEL_EXPORTER_OTLP_ENDPOINT", Value: "http://otel-collector.observability:4318"},
 		{Name: "OTEL_SERVICE_NAME", Value: "jetbridge-prod"},
 	}))
-	requireNone(t, "probes", checkProbes(r, 8088))
+	requireNone(t, "probes", checkProbes(r, 8088, corev1.URISchemeHTTP))
 	requireNone(t, "grace", checkGrace(r))
 	if g := r.deployment.Spec.Template.Spec.TerminationGracePeriodSeconds; g == nil || *g != 105 {
 		t.Errorf("terminationGracePeriodSeconds = %v, want 105 (1m30s + 15)", deref(g))
@@ -232,9 +232,9 @@ func TestChecksumFollowsTheConfig(t *testing.T) {
 
 func TestAdminPortFromConfig(t *testing.T) {
 	r := mustRender(t, "config: {admin: {listen: \"[::]:9090\"}}\n")
-	requireNone(t, "probes", checkProbes(r, 9090))
+	requireNone(t, "probes", checkProbes(r, 9090, corev1.URISchemeHTTP))
 	r = mustRender(t, "config: {admin: {listen: \":9091\"}}\n")
-	requireNone(t, "probes", checkProbes(r, 9091))
+	requireNone(t, "probes", checkProbes(r, 9091, corev1.URISchemeHTTP))
 }
 
 func TestRefusedValues(t *testing.T) {
@@ -244,12 +244,17 @@ func TestRefusedValues(t *testing.T) {
 		"config: {admin: {listen: \"\"}}\n":               "config.admin.listen must be 0.0.0.0:PORT",
 		"config: {admin: {listen: \"0.0.0.0:70000\"}}\n":  "port 70000 out of range",
 		"config: {shutdown_timeout: thirty}\n":            `config.shutdown_timeout: "thirty" is not a Go duration`,
-		"config: {shutdown_timeout: \"${T}\"}\n":          `config.shutdown_timeout: "${T}" is not a Go duration`,
+		// The bridge refuses a certificate without its key and the reverse.
+		"config: {admin: {tls: {cert_file: /etc/t/tls.crt}}}\n": "config.admin.tls: cert_file and key_file must be set together",
+		"config: {admin: {tls: {key_file: /etc/t/tls.key}}}\n":  "config.admin.tls: cert_file and key_file must be set together",
+		"config: {shutdown_timeout: \"${T}\"}\n":                `config.shutdown_timeout: "${T}" is not a Go duration`,
 		// values.schema.json
-		"config: {shutdown_timeout: 30}\n":  "at '/config/shutdown_timeout': got number, want string",
-		"terminationGraceExtraSeconds: 0\n": "at '/terminationGraceExtraSeconds': minimum: got 0, want 1",
-		"replicas: 3\n":                     "additional properties 'replicas' not allowed",
-		"config: {destinations: null}\n":    "missing property 'destinations'",
+		"config: {shutdown_timeout: 30}\n":                     "at '/config/shutdown_timeout': got number, want string",
+		"terminationGraceExtraSeconds: 0\n":                    "at '/terminationGraceExtraSeconds': minimum: got 0, want 1",
+		"replicas: 3\n":                                        "additional properties 'replicas' not allowed",
+		"config: {destinations: null}\n":                       "missing property 'destinations'",
+		"config: {admin: {tls: {certfile: /etc/t/tls.crt}}}\n": "additional properties 'certfile' not allowed",
+		"config: {admin: {token: 12345678901234567}}\n":        "at '/config/admin/token': got number, want string",
 	} {
 		if _, err := render(values); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("values %q: render error %v, want one containing %q", values, err, want)

@@ -137,9 +137,10 @@ func envNames(env []corev1.EnvVar) []string {
 }
 
 // checkProbes: port want named admin (the port of config admin.listen),
-// liveness on GET /healthz and readiness on GET /readyz there, and a
-// ClusterIP Service exposing it for the pods of the release.
-func checkProbes(r *rendered, want int32) (p problems) {
+// liveness on GET /healthz and readiness on GET /readyz there with scheme
+// (HTTPS exactly when the configuration has admin.tls), and a ClusterIP
+// Service exposing it for the pods of the release.
+func checkProbes(r *rendered, want int32, scheme corev1.URIScheme) (p problems) {
 	c := r.container(&p)
 	if c == nil {
 		return p
@@ -148,23 +149,29 @@ func checkProbes(r *rendered, want int32) (p problems) {
 	if !reflect.DeepEqual(c.Ports, wantPorts) {
 		p.add("container ports %+v, want %+v", c.Ports, wantPorts)
 	}
+	get := func(path string) corev1.ProbeHandler {
+		return corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString("admin"), Scheme: scheme}}
+	}
 	for _, pr := range []struct {
-		name  string
-		probe *corev1.Probe
-		path  string
-	}{{"liveness", c.LivenessProbe, "/healthz"}, {"readiness", c.ReadinessProbe, "/readyz"}} {
-		switch {
-		case pr.probe == nil || pr.probe.HTTPGet == nil:
-			p.add("%s probe: not an HTTP GET", pr.name)
-		case pr.probe.HTTPGet.Path != pr.path || pr.probe.HTTPGet.Port != intstr.FromString("admin") ||
-			(pr.probe.HTTPGet.Scheme != "" && pr.probe.HTTPGet.Scheme != corev1.URISchemeHTTP):
-			p.add("%s probe: GET %s on port %s (%s), want GET %s on port admin", pr.name, pr.probe.HTTPGet.Path, pr.probe.HTTPGet.Port.String(), pr.probe.HTTPGet.Scheme, pr.path)
+		name      string
+		got, want *corev1.Probe
+	}{
+		{"liveness", c.LivenessProbe, &corev1.Probe{ProbeHandler: get("/healthz"), InitialDelaySeconds: 5, PeriodSeconds: 10, TimeoutSeconds: 2, FailureThreshold: 3}},
+		{"readiness", c.ReadinessProbe, &corev1.Probe{ProbeHandler: get("/readyz"), PeriodSeconds: 5, TimeoutSeconds: 2, FailureThreshold: 2}},
+	} {
+		if !reflect.DeepEqual(pr.got, pr.want) {
+			g, _ := json.Marshal(pr.got)
+			w, _ := json.Marshal(pr.want)
+			p.add("%s probe %s, want %s", pr.name, g, w)
 		}
 	}
 	if cfg := r.bridgeConfig(&p); cfg != nil {
 		listen, _ := dig(cfg, "admin", "listen").(string)
 		if !strings.HasSuffix(listen, fmt.Sprintf(":%d", want)) {
 			p.add("config admin.listen %q is not on port %d", listen, want)
+		}
+		if tls := adminTLS(cfg); tls != (scheme == corev1.URISchemeHTTPS) {
+			p.add("config admin.tls set = %v, but the probes are wanted over %s", tls, scheme)
 		}
 	}
 	s := r.service
@@ -180,6 +187,13 @@ func checkProbes(r *rendered, want int32) (p problems) {
 		p.add("the Service selects %v, not the Deployment's pods", s.Spec.Selector)
 	}
 	return p
+}
+
+// adminTLS: the configuration has admin.tls (the bridge serves HTTPS only).
+func adminTLS(cfg map[string]any) bool {
+	cert, _ := dig(cfg, "admin", "tls", "cert_file").(string)
+	key, _ := dig(cfg, "admin", "tls", "key_file").(string)
+	return cert != "" || key != ""
 }
 
 // dig returns the value at keys in nested maps, or nil.
@@ -514,12 +528,39 @@ func sha256Sum(b []byte) string {
 type monitoring struct {
 	interval string
 	labels   map[string]string // extra labels on both objects
+	// With config admin.token: the Secret and key the scrape's bearer
+	// token comes from.
+	tokenSecret, tokenKey string
+	// With config admin.tls: the CA and the name Prometheus verifies the
+	// certificate with (the scheme is then https).
+	ca         *monitoringv1.SecretOrConfigMap
+	serverName string
+}
+
+// endpoint is the ServiceMonitor endpoint m describes, exactly.
+func (m *monitoring) endpoint() monitoringv1.Endpoint {
+	scheme := monitoringv1.Scheme("http")
+	e := monitoringv1.Endpoint{Port: "admin", Path: "/metrics", Interval: monitoringv1.Duration(m.interval), ScrapeTimeout: "10s"}
+	if m.tokenSecret != "" {
+		e.Authorization = &monitoringv1.SafeAuthorization{Type: "Bearer", Credentials: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: m.tokenSecret}, Key: m.tokenKey,
+		}}
+	}
+	if m.ca != nil {
+		scheme = "https"
+		serverName := m.serverName
+		e.TLSConfig = &monitoringv1.TLSConfig{SafeTLSConfig: monitoringv1.SafeTLSConfig{CA: *m.ca, ServerName: &serverName}}
+	}
+	e.Scheme = &scheme
+	return e
 }
 
 // checkMonitoring: with want nil, no ServiceMonitor and no PrometheusRule;
 // otherwise a ServiceMonitor scraping /metrics on the admin port of the
-// release's Service every want.interval as job "jetbridge", and a PrometheusRule with the
-// groups of the chart's files/alerts.yml.
+// release's Service every want.interval as job "jetbridge", exactly with
+// want's credentials and TLS, which the configuration's admin.token and
+// admin.tls call for and the pods' Secret holds; and a PrometheusRule with
+// the groups of the chart's files/alerts.yml.
 func checkMonitoring(r *rendered, want *monitoring, alertsFile []byte) (p problems) {
 	if want == nil {
 		if r.serviceMonitor != nil || r.prometheusRule != nil {
@@ -555,16 +596,61 @@ func checkMonitoring(r *rendered, want *monitoring, alertsFile []byte) (p proble
 	}
 	if len(sm.Spec.Endpoints) != 1 {
 		p.add("ServiceMonitor: %d endpoints, want 1", len(sm.Spec.Endpoints))
-	} else {
-		e := sm.Spec.Endpoints[0]
-		if e.Port != "admin" || e.Path != "/metrics" || string(e.Interval) != want.interval ||
-			(e.Scheme != nil && strings.ToLower(e.Scheme.String()) != "http") {
-			p.add("ServiceMonitor endpoint port %q path %q interval %q, want admin /metrics %s", e.Port, e.Path, e.Interval, want.interval)
-		}
+	} else if e, w := sm.Spec.Endpoints[0], want.endpoint(); !reflect.DeepEqual(e, w) {
+		g, _ := json.Marshal(e)
+		wj, _ := json.Marshal(w)
+		p.add("ServiceMonitor endpoint %s, want %s", g, wj)
 	}
+	p = append(p, checkScrapeCredentials(r, want)...)
 	p = append(p, compareGroups(r, alertsFile)...)
 	return p
 }
+
+// checkScrapeCredentials: the wanted endpoint sends a token exactly when the
+// configuration has admin.token and is https exactly when it has
+// admin.tls; the rendered token's Secret is the one the pods' environment
+// comes from, holding the key (when the chart makes it), and with a token
+// written ${NAME} the key is NAME.
+func checkScrapeCredentials(r *rendered, want *monitoring) (p problems) {
+	cfg := r.bridgeConfig(&p)
+	if cfg == nil {
+		return p
+	}
+	token, _ := dig(cfg, "admin", "token").(string)
+	if (token != "") != (want.tokenSecret != "") {
+		p.add("config admin.token set = %v, but the wanted endpoint sends credentials = %v", token != "", want.tokenSecret != "")
+	}
+	if tls := adminTLS(cfg); tls != (want.ca != nil) {
+		p.add("config admin.tls set = %v, but the wanted endpoint is https = %v", tls, want.ca != nil)
+	}
+	if r.serviceMonitor == nil || len(r.serviceMonitor.Spec.Endpoints) != 1 {
+		return p
+	}
+	a := r.serviceMonitor.Spec.Endpoints[0].Authorization
+	if a == nil || a.Credentials == nil {
+		return p
+	}
+	name, key := a.Credentials.Name, a.Credentials.Key
+	var envSecret string
+	if c := r.container(&p); c != nil && len(c.EnvFrom) == 1 && c.EnvFrom[0].SecretRef != nil {
+		envSecret = c.EnvFrom[0].SecretRef.Name
+	}
+	if name != envSecret {
+		p.add("the ServiceMonitor's credentials name Secret %q, not the pods' environment Secret %q", name, envSecret)
+	}
+	if r.secret != nil && r.secret.Name == name {
+		if _, ok := r.secret.StringData[key]; !ok {
+			p.add("the chart's Secret %s has no key %s, which the ServiceMonitor sends", name, key)
+		}
+	}
+	if m := envReference.FindStringSubmatch(token); m != nil && m[1] != key {
+		p.add("config admin.token reads ${%s}, but the ServiceMonitor sends key %s", m[1], key)
+	}
+	return p
+}
+
+// envReference is a whole value ${NAME}.
+var envReference = regexp.MustCompile(`^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$`)
 
 // compareGroups: the rendered PrometheusRule's spec.groups, as rendered,
 // equal the groups of a Prometheus rules file; the file's groups also

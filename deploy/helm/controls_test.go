@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
@@ -26,6 +27,11 @@ func TestChecksCatchBrokenRenders(t *testing.T) {
 	defaults := resources("100m", "128Mi", "1", "512Mi")
 	alerts := chartAlerts(t)
 	mon := &monitoring{interval: "30s"}
+	monValues := "serviceMonitor: {enabled: true}\nprometheusRule: {enabled: true}\n"
+	tokenValues := monValues + "existingSecret: jetbridge-env\nconfig: {admin: {token: \"${ADMIN_TOKEN}\"}}\n"
+	tokenMon := &monitoring{interval: "30s", tokenSecret: "jetbridge-env", tokenKey: "ADMIN_TOKEN"}
+	tlsValues := tlsMonitorValues
+	tlsMon := &monitoring{interval: "30s", tokenSecret: "jetbridge-env", tokenKey: "ADMIN_TOKEN", ca: caSecret("jetbridge-admin-tls", "ca.crt"), serverName: "jetbridge.events.svc"}
 
 	cases := []struct {
 		name  string
@@ -51,17 +57,31 @@ func TestChecksCatchBrokenRenders(t *testing.T) {
 		}, "/etc/jetbridge is not the whole chart's ConfigMap"},
 
 		{"readiness path", func() problems {
-			return checkProbes(edit("", func(r *rendered) { bridge(r).ReadinessProbe.HTTPGet.Path = "/healthz" }), 8088)
-		}, "readiness probe: GET /healthz on port admin (), want GET /readyz"},
+			return checkProbes(edit("", func(r *rendered) { bridge(r).ReadinessProbe.HTTPGet.Path = "/healthz" }), 8088, corev1.URISchemeHTTP)
+		}, `readiness probe {"httpGet":{"path":"/healthz","port":"admin","scheme":"HTTP"},"timeoutSeconds":2,"periodSeconds":5,"failureThreshold":2}, want {"httpGet":{"path":"/readyz"`},
 		{"liveness port", func() problems {
-			return checkProbes(edit("", func(r *rendered) { bridge(r).LivenessProbe.HTTPGet.Port = intstr.FromInt32(8088) }), 8088)
-		}, "liveness probe: GET /healthz on port 8088"},
+			return checkProbes(edit("", func(r *rendered) { bridge(r).LivenessProbe.HTTPGet.Port = intstr.FromInt32(8088) }), 8088, corev1.URISchemeHTTP)
+		}, `liveness probe {"httpGet":{"path":"/healthz","port":8088,"scheme":"HTTP"}`},
+		{"probe timing", func() problems {
+			return checkProbes(edit("", func(r *rendered) { bridge(r).LivenessProbe.TimeoutSeconds = 1 }), 8088, corev1.URISchemeHTTP)
+		}, `liveness probe {"httpGet":{"path":"/healthz","port":"admin","scheme":"HTTP"},"initialDelaySeconds":5,"timeoutSeconds":1`},
+		{"probes HTTP with admin.tls", func() problems {
+			return checkProbes(edit(adminTLSValues, func(r *rendered) { bridge(r).ReadinessProbe.HTTPGet.Scheme = corev1.URISchemeHTTP }), 8088, corev1.URISchemeHTTPS)
+		}, `readiness probe {"httpGet":{"path":"/readyz","port":"admin","scheme":"HTTP"}`},
+		{"probes HTTPS without admin.tls", func() problems {
+			return checkProbes(mustRender(t, ""), 8088, corev1.URISchemeHTTPS)
+		}, "config admin.tls set = false, but the probes are wanted over HTTPS"},
+		{"probes HTTP wanted with admin.tls", func() problems {
+			return checkProbes(mustRender(t, adminTLSValues), 8088, corev1.URISchemeHTTP)
+		}, `liveness probe {"httpGet":{"path":"/healthz","port":"admin","scheme":"HTTPS"}`},
 		{"admin port", func() problems {
-			return checkProbes(mustRender(t, "config: {admin: {listen: \"0.0.0.0:9090\"}}\n"), 8088)
+			return checkProbes(mustRender(t, "config: {admin: {listen: \"0.0.0.0:9090\"}}\n"), 8088, corev1.URISchemeHTTP)
 		}, "container ports"},
-		{"service type", func() problems { return checkProbes(mustRender(t, "service: {type: NodePort}\n"), 8088) }, "Service NodePort"},
+		{"service type", func() problems {
+			return checkProbes(mustRender(t, "service: {type: NodePort}\n"), 8088, corev1.URISchemeHTTP)
+		}, "Service NodePort"},
 		{"service selector", func() problems {
-			return checkProbes(edit("", func(r *rendered) { r.service.Spec.Selector = map[string]string{"app": "x"} }), 8088)
+			return checkProbes(edit("", func(r *rendered) { r.service.Spec.Selector = map[string]string{"app": "x"} }), 8088, corev1.URISchemeHTTP)
 		}, "the Service selects map[app:x], not the Deployment's pods"},
 
 		{"grace equal", func() problems {
@@ -167,13 +187,55 @@ func TestChecksCatchBrokenRenders(t *testing.T) {
 		{"only the ServiceMonitor", func() problems {
 			return checkMonitoring(mustRender(t, "serviceMonitor: {enabled: true}\n"), mon, alerts)
 		}, "ServiceMonitor true, PrometheusRule false"},
-		{"scrape interval", func() problems { return checkMonitoring(mustRender(t, customValues), mon, alerts) }, `interval "15s", want admin /metrics 30s`},
+		{"scrape interval", func() problems { return checkMonitoring(mustRender(t, customValues), mon, alerts) }, `"interval":"15s","scrapeTimeout":"10s"}, want {"port":"admin","path":"/metrics","scheme":"http","interval":"30s"`},
 		{"monitoring labels", func() problems {
 			return checkMonitoring(mustRender(t, "serviceMonitor: {enabled: true}\nprometheusRule: {enabled: true}\n"), &monitoring{interval: "30s", labels: map[string]string{"release": "prom"}}, alerts)
 		}, "label release=prom missing"},
 		{"ServiceMonitor port", func() problems {
 			return checkMonitoring(edit("serviceMonitor: {enabled: true}\nprometheusRule: {enabled: true}\n", func(r *rendered) { r.serviceMonitor.Spec.Endpoints[0].Port = "http" }), mon, alerts)
-		}, `ServiceMonitor endpoint port "http"`},
+		}, `ServiceMonitor endpoint {"port":"http","path":"/metrics"`},
+		{"scrape without the token", func() problems {
+			return checkMonitoring(edit(tokenValues, func(r *rendered) { r.serviceMonitor.Spec.Endpoints[0].Authorization = nil }), tokenMon, alerts)
+		}, `ServiceMonitor endpoint {"port":"admin","path":"/metrics","scheme":"http","interval":"30s","scrapeTimeout":"10s"}, want {"port":"admin","path":"/metrics","scheme":"http","interval":"30s","scrapeTimeout":"10s","authorization":{"type":"Bearer","credentials":{"name":"jetbridge-env","key":"ADMIN_TOKEN"}}}`},
+		{"token wanted without admin.token", func() problems {
+			return checkMonitoring(mustRender(t, monValues+"existingSecret: jetbridge-env\n"), tokenMon, alerts)
+		}, "config admin.token set = false, but the wanted endpoint sends credentials = true"},
+		{"no token wanted with admin.token", func() problems { return checkMonitoring(mustRender(t, tokenValues), mon, alerts) }, "config admin.token set = true, but the wanted endpoint sends credentials = false"},
+		{"token from another Secret", func() problems {
+			other := *tokenMon
+			other.tokenSecret = "other"
+			return checkMonitoring(edit(tokenValues, func(r *rendered) { r.serviceMonitor.Spec.Endpoints[0].Authorization.Credentials.Name = "other" }), &other, alerts)
+		}, `the ServiceMonitor's credentials name Secret "other", not the pods' environment Secret "jetbridge-env"`},
+		{"token key not in the chart's Secret", func() problems {
+			values := monValues + secretEnvValues + "  ADMIN_TOKEN: " + testAdminToken + "\nconfig: {admin: {token: \"${file:/run/secrets/admin-token}\"}}\n"
+			other := &monitoring{interval: "30s", tokenSecret: "jetbridge", tokenKey: "OTHER"}
+			return checkMonitoring(edit(values, func(r *rendered) { r.serviceMonitor.Spec.Endpoints[0].Authorization.Credentials.Key = "OTHER" }), other, alerts)
+		}, "the chart's Secret jetbridge has no key OTHER, which the ServiceMonitor sends"},
+		{"token key not the variable", func() problems {
+			other := *tokenMon
+			other.tokenKey = "OTHER"
+			return checkMonitoring(edit(tokenValues, func(r *rendered) { r.serviceMonitor.Spec.Endpoints[0].Authorization.Credentials.Key = "OTHER" }), &other, alerts)
+		}, "config admin.token reads ${ADMIN_TOKEN}, but the ServiceMonitor sends key OTHER"},
+		{"scrape over http with admin.tls", func() problems {
+			return checkMonitoring(edit(tlsValues, func(r *rendered) {
+				http := monitoringv1.Scheme("http")
+				r.serviceMonitor.Spec.Endpoints[0].Scheme = &http
+			}), tlsMon, alerts)
+		}, `ServiceMonitor endpoint {"port":"admin","path":"/metrics","scheme":"http"`},
+		{"scrape without tlsConfig", func() problems {
+			return checkMonitoring(edit(tlsValues, func(r *rendered) { r.serviceMonitor.Spec.Endpoints[0].TLSConfig = nil }), tlsMon, alerts)
+		}, `"authorization":{"type":"Bearer","credentials":{"name":"jetbridge-env","key":"ADMIN_TOKEN"}}}, want`},
+		{"scrape for another server name", func() problems {
+			other := *tlsMon
+			other.serverName = "jetbridge.other.svc"
+			return checkMonitoring(mustRender(t, tlsValues), &other, alerts)
+		}, `"serverName":"jetbridge.events.svc"}}, want`},
+		{"scrape with another CA", func() problems {
+			other := *tlsMon
+			other.ca = &monitoringv1.SecretOrConfigMap{ConfigMap: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "jetbridge-admin-tls"}, Key: "ca.crt"}}
+			return checkMonitoring(mustRender(t, tlsValues), &other, alerts)
+		}, `"tlsConfig":{"ca":{"secret":{"name":"jetbridge-admin-tls","key":"ca.crt"}}`},
+		{"https wanted without admin.tls", func() problems { return checkMonitoring(mustRender(t, tokenValues), tlsMon, alerts) }, "config admin.tls set = false, but the wanted endpoint is https = true"},
 		{"config", func() problems { return compareConfig(mustRender(t, "config: {log: {level: warn}}\n"), defaultConfig) }, "the ConfigMap's bridge.yaml is"},
 		{"config lost", func() problems {
 			return compareConfig(edit("", func(r *rendered) { r.configMap.Data = map[string]string{"config.yaml": "{}"} }), defaultConfig)
@@ -189,7 +251,7 @@ func TestChecksCatchBrokenRenders(t *testing.T) {
 		}, "the PrometheusRule's spec.groups differ from the rules file's groups"},
 		{"rules file not the operator's", func() problems {
 			return compareGroups(mustRender(t, "prometheusRule: {enabled: true}\n"), editFirstRule(t, alerts, "fro", "5m"))
-		}, `unknown field "fro"`},
+		}, `unknown field "groups[0].rules[0].fro"`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 
 	"helm.sh/helm/v4/pkg/action"
 	"helm.sh/helm/v4/pkg/chart/common"
+	corev1 "k8s.io/api/core/v1"
 )
 
 // lint runs `helm lint --strict --namespace events` with valuesYAML as the
@@ -42,7 +43,7 @@ func lint(t *testing.T, valuesYAML string) []string {
 }
 
 func TestLint(t *testing.T) {
-	for name, values := range map[string]string{"defaults": "", "custom": customValues, "secretEnv": secretEnvValues, "one replica": "replicaCount: 1\n"} {
+	for name, values := range map[string]string{"defaults": "", "custom": customValues, "secretEnv": secretEnvValues, "one replica": "replicaCount: 1\n", "admin TLS": adminTLSValues, "token monitor": tokenMonitorValues, "TLS monitor": tlsMonitorValues} {
 		if msgs := lint(t, values); len(msgs) > 0 {
 			t.Errorf("helm lint --strict (%s):\n  %s", name, strings.Join(msgs, "\n  "))
 		}
@@ -132,9 +133,32 @@ func TestConfigPassesBridgeCheck(t *testing.T) {
 			t.Errorf("%s: bridge check exit %d:\n%s", name, code, out)
 		}
 	}
+	// With the admin server's token and TLS: the certificate and key the
+	// configuration names exist (generated here, where the mounted Secret
+	// would put them in the pod).
+	dir := t.TempDir()
+	cert, key := writeTestCert(t, dir, "jetbridge.events.svc")
+	tlsValues := "config:\n  admin:\n    token: \"${ADMIN_TOKEN}\"\n    tls: {cert_file: " + cert + ", key_file: " + key + "}\n"
+	r := mustRender(t, tlsValues)
+	requireNone(t, "probes", checkProbes(r, 8088, corev1.URISchemeHTTPS))
+	if out, code := bridgeCheck(t, r, append(env, "ADMIN_TOKEN="+testAdminToken)...); code != 0 || !strings.Contains(out, "configuration OK") {
+		t.Errorf("admin token and TLS: bridge check exit %d:\n%s", code, out)
+	}
+	// Controls: without the key file, or with a token too short, bridge
+	// check refuses the same configuration.
+	if err := os.Remove(key); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := bridgeCheck(t, r, append(env, "ADMIN_TOKEN="+testAdminToken)...); code != 2 || !strings.Contains(out, "admin.tls.key_file") {
+		t.Errorf("admin TLS without the key file: bridge check exit %d:\n%s", code, out)
+	}
+	if out, code := bridgeCheck(t, mustRender(t, "config: {admin: {token: \"${ADMIN_TOKEN}\"}}\n"), append(env, "ADMIN_TOKEN=short")...); code != 2 || !strings.Contains(out, "admin.token") {
+		t.Errorf("a short admin token: bridge check exit %d:\n%s", code, out)
+	}
+
 	// Negative controls: the same check refuses a configuration the bridge
 	// would not start with, and the default one without its Secret.
-	r := mustRender(t, "config: {routes: [{name: r, subjects: [events.>], destination: nowhere}]}\n")
+	r = mustRender(t, "config: {routes: [{name: r, subjects: [events.>], destination: nowhere}]}\n")
 	if out, code := bridgeCheck(t, r, env...); code != 2 || !strings.Contains(out, "routes[0].destination") {
 		t.Errorf("a route to an unknown destination: bridge check exit %d:\n%s", code, out)
 	}

@@ -1,11 +1,8 @@
 package helm_test
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"regexp"
 	"strings"
@@ -20,6 +17,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 )
 
@@ -185,22 +183,20 @@ func (r *rendered) decode() error {
 	return nil
 }
 
-// decodeStrict decodes one YAML document into target: duplicate keys and
-// fields that target's type does not have are errors.
+// decodeStrict decodes one YAML document into target as the API server
+// does: duplicate keys, fields that target's type does not have and
+// fields whose case differs from the type's (encoding/json alone would
+// take servername for serverName) are errors.
 func decodeStrict(doc []byte, target any) error {
 	j, err := yaml.YAMLToJSONStrict(doc)
 	if err != nil {
 		return err
 	}
-	dec := json.NewDecoder(bytes.NewReader(j))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(target); err != nil {
+	strict, err := kjson.UnmarshalStrict(j, target, kjson.DisallowDuplicateFields, kjson.DisallowUnknownFields)
+	if err != nil {
 		return err
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return fmt.Errorf("data after the object (%v)", err)
-	}
-	return nil
+	return errors.Join(strict...)
 }
 
 func TestDecodeStrictRefusesUnknownFields(t *testing.T) {
@@ -210,8 +206,10 @@ func TestDecodeStrictRefusesUnknownFields(t *testing.T) {
 		want   string
 	}{
 		{"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndat: {}\n", &corev1.ConfigMap{}, `unknown field "dat"`},
-		{"apiVersion: v1\nkind: Service\nmetadata: {name: x}\nspec: {ports: [{port: 1, prot: TCP}]}\n", &corev1.Service{}, `unknown field "prot"`},
+		{"apiVersion: v1\nkind: Service\nmetadata: {name: x}\nspec: {ports: [{port: 1, prot: TCP}]}\n", &corev1.Service{}, `unknown field "spec.ports[0].prot"`},
 		{"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x, name: y}\n", &corev1.ConfigMap{}, `"name" already set`},
+		// encoding/json alone would take a field whose case differs.
+		{"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\nData: {a: b}\n", &corev1.ConfigMap{}, `unknown field "Data"`},
 	} {
 		err := decodeStrict([]byte(c.doc), c.target)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -219,8 +217,12 @@ func TestDecodeStrictRefusesUnknownFields(t *testing.T) {
 		}
 	}
 	rule := "apiVersion: monitoring.coreos.com/v1\nkind: PrometheusRule\nmetadata: {name: x}\nspec: {groups: [{name: g, rules: [{alert: A, expr: up, fro: 5m}]}]}\n"
-	if err := decodeStrict([]byte(rule), &monitoringv1.PrometheusRule{}); err == nil || !strings.Contains(err.Error(), `unknown field "fro"`) {
+	if err := decodeStrict([]byte(rule), &monitoringv1.PrometheusRule{}); err == nil || !strings.Contains(err.Error(), `unknown field "spec.groups[0].rules[0].fro"`) {
 		t.Errorf("a PrometheusRule with an unknown field: %v", err)
+	}
+	sm := "apiVersion: monitoring.coreos.com/v1\nkind: ServiceMonitor\nmetadata: {name: x}\nspec: {selector: {}, endpoints: [{port: admin, tlsConfig: {ca: {secret: {name: s, key: ca.crt}}, servername: x}}]}\n"
+	if err := decodeStrict([]byte(sm), &monitoringv1.ServiceMonitor{}); err == nil || !strings.Contains(err.Error(), `unknown field "spec.endpoints[0].tlsConfig.servername"`) {
+		t.Errorf("a ServiceMonitor with an unknown tlsConfig field: %v", err)
 	}
 	// The same through render's decoding: an unexpected kind is refused.
 	r := &rendered{manifest: "---\n# Source: jetbridge/templates/x.yaml\napiVersion: batch/v1\nkind: Job\nmetadata: {name: x}\n"}

@@ -76,6 +76,64 @@ an empty, loopback or malformed address is refused at render time.
 {{- end -}}
 
 {{/*
+"true" when config.admin.tls names a certificate and a key: the bridge then
+serves the admin port over HTTPS only, and the probes and the
+ServiceMonitor follow. "" without them; one without the other is refused,
+as the bridge refuses it.
+*/}}
+{{- define "jetbridge.adminTLS" -}}
+{{- $tls := dig "admin" "tls" dict (.Values.config | default dict) | default dict -}}
+{{- $cert := get $tls "cert_file" | default "" | toString -}}
+{{- $key := get $tls "key_file" | default "" | toString -}}
+{{- if ne (eq $cert "") (eq $key "") -}}
+{{- fail "config.admin.tls: cert_file and key_file must be set together (the bridge refuses one without the other)" -}}
+{{- end -}}
+{{- if $cert -}}true{{- end -}}
+{{- end -}}
+
+{{/* config.admin.token as written in the configuration (e.g. ${ADMIN_TOKEN}), or "". */}}
+{{- define "jetbridge.adminToken" -}}
+{{- dig "admin" "token" "" (.Values.config | default dict) | default "" | toString -}}
+{{- end -}}
+
+{{/*
+The Secret Prometheus reads config.admin.token from, at key
+adminToken.secretKey: the Secret the container's environment comes from
+(existingSecret, or the one made from secretEnv). Refuses what would leave
+the ServiceMonitor without the token: no such Secret, a secretEnv without
+the key, or a token written ${NAME} with NAME another key.
+*/}}
+{{- define "jetbridge.adminTokenSecret" -}}
+{{- $token := include "jetbridge.adminToken" . -}}
+{{- $key := .Values.adminToken.secretKey -}}
+{{- $secret := include "jetbridge.secretName" . -}}
+{{- $why := "config.admin.token is set and serviceMonitor.enabled: Prometheus sends the token from a Secret key" -}}
+{{- if not $secret -}}
+{{- fail (printf "%s, and no Secret is set: set existingSecret (a Secret with the key %s) or secretEnv.%s" $why $key $key) -}}
+{{- end -}}
+{{- if and (not .Values.existingSecret) (not (hasKey .Values.secretEnv $key)) -}}
+{{- fail (printf "%s, and secretEnv has no key %s (adminToken.secretKey): add it, or set adminToken.secretKey to the key that holds the token" $why $key) -}}
+{{- end -}}
+{{- if regexMatch "^\\$\\{[A-Za-z_][A-Za-z0-9_]*\\}$" $token -}}
+{{- $name := $token | trimPrefix "${" | trimSuffix "}" -}}
+{{- if ne $name $key -}}
+{{- fail (printf "%s: the bridge reads the token from ${%s}, but the ServiceMonitor would send key %s of Secret %s: set adminToken.secretKey: %s" $why $name $key $secret $name) -}}
+{{- end -}}
+{{- end -}}
+{{- $secret -}}
+{{- end -}}
+
+{{/* The name Prometheus verifies the admin certificate for: serviceMonitor.tlsConfig.serverName, or the Service's DNS name. */}}
+{{- define "jetbridge.adminServerName" -}}
+{{- .Values.serviceMonitor.tlsConfig.serverName | default (printf "%s.%s.svc" (include "jetbridge.fullname" .) .Release.Namespace) -}}
+{{- end -}}
+
+{{/* "HTTPS" with config.admin.tls, else "HTTP". */}}
+{{- define "jetbridge.adminScheme" -}}
+{{- ternary "HTTPS" "HTTP" (eq (include "jetbridge.adminTLS" .) "true") -}}
+{{- end -}}
+
+{{/*
 config.shutdown_timeout in whole seconds, rounded up (a Go duration such as
 30s, 1m30s, 2m or 500ms; absent: the bridge's default, 30s).
 */}}
