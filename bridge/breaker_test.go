@@ -11,6 +11,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/sotercare/jetbridge/deadletter"
 	"github.com/sotercare/jetbridge/internal/natstest"
 	"github.com/sotercare/jetbridge/internal/sinktest"
 )
@@ -174,7 +175,7 @@ destinations:
 		}
 		h.waitOutcomes(1, 3*time.Second, outcomeIs(OutcomeDeadLettered))
 		h.quiet("r")
-		if dl := h.deadLetters(); len(dl) != 1 || dl[0].Header.Get(HeaderReason) != ReasonRejected {
+		if dl := h.deadLetters(); len(dl) != 1 || dl[0].Header.Get(deadletter.HeaderReason) != string(deadletter.ReasonRejected) {
 			return fmt.Errorf("%d dead letters after the stream came back, want exactly 1 (rejected)", len(dl))
 		}
 		return nil

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sotercare/jetbridge/config"
+	"github.com/sotercare/jetbridge/deadletter"
 )
 
 // Outcomes of a settled message, as in the bridge_messages_total metric.
@@ -32,11 +33,11 @@ type Settled struct {
 	Seq         uint64
 	Delivered   uint64 // JetStream delivery count
 	EventID     string
-	Outcome     string        // one of the Outcome* constants
-	Reason      string        // dead letters: one of the Reason* constants
-	Delay       time.Duration // redeliveries: the NakWithDelay delay
-	Tries       int           // HTTP requests sent for this delivery
-	Err         error         // the failure that decided it (a *DeliveryError, or ErrGivenUp); nil when delivered
+	Outcome     string            // one of the Outcome* constants
+	Reason      deadletter.Reason // dead letters
+	Delay       time.Duration     // redeliveries: the NakWithDelay delay
+	Tries       int               // HTTP requests sent for this delivery
+	Err         error             // the failure that decided it (a *DeliveryError, or ErrGivenUp); nil when delivered
 }
 
 // Options are the optional parts of a Bridge.

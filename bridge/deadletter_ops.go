@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sotercare/jetbridge/config"
+	"github.com/sotercare/jetbridge/deadletter"
 	"github.com/sotercare/jetbridge/producer"
 	"github.com/sotercare/jetbridge/subjects"
 )
@@ -35,22 +36,22 @@ const listInactive = 30 * time.Second
 // header as stored. Every field is untrusted input: anyone allowed to
 // publish on the dead-letter prefix can store a dead letter.
 type DLQMessage struct {
-	Seq            uint64    // sequence on the dead-letter stream
-	Stream         string    // the dead-letter stream (set by Get and List)
-	DLQSubject     string    // <prefix>.<route>.<original subject>
-	Stored         time.Time // when the dead-letter stream stored it
-	Route          string    // Bridge-Route
-	Destination    string    // Bridge-Destination
-	Reason         string    // Bridge-Reason: rejected, max-deliveries, invalid-event
-	Failure        string    // Bridge-Failure: transport, downstream-status, ...
-	Status         int       // Bridge-Status; 0 when no HTTP response was obtained
-	Error          string    // Bridge-Error
-	EventID        string    // Event-Id
-	Subject        string    // Bridge-Original-Subject
-	OriginalStream string    // Bridge-Original-Stream
-	OriginalSeq    uint64    // Bridge-Original-Sequence
-	Deliveries     uint64    // Bridge-Deliveries
-	FailedAt       time.Time // Bridge-Failed-At
+	Seq            uint64             // sequence on the dead-letter stream
+	Stream         string             // the dead-letter stream (set by Get and List)
+	DLQSubject     string             // <prefix>.<route>.<original subject>
+	Stored         time.Time          // when the dead-letter stream stored it
+	Route          string             // Bridge-Route
+	Destination    string             // Bridge-Destination
+	Reason         deadletter.Reason  // Bridge-Reason: rejected, max-deliveries, invalid-event
+	Failure        deadletter.Failure // Bridge-Failure: transport, downstream-status, ...
+	Status         int                // Bridge-Status; 0 when no HTTP response was obtained
+	Error          string             // Bridge-Error
+	EventID        string             // Event-Id
+	Subject        string             // Bridge-Original-Subject
+	OriginalStream string             // Bridge-Original-Stream
+	OriginalSeq    uint64             // Bridge-Original-Sequence
+	Deliveries     uint64             // Bridge-Deliveries
+	FailedAt       time.Time          // Bridge-Failed-At
 	Header         nats.Header
 	// Data is the original payload; nil unless it was asked for
 	// (List withData, Get).
@@ -59,10 +60,10 @@ type DLQMessage struct {
 
 // DLQFilter selects dead letters. Zero fields select everything.
 type DLQFilter struct {
-	Route  string   // Bridge-Route; filtered server-side by subject
-	Reason string   // Bridge-Reason
-	Limit  int      // at most this many; 0 means no limit
-	Seqs   []uint64 // only these sequences, in this order
+	Route  string            // Bridge-Route; filtered server-side by subject
+	Reason deadletter.Reason // Bridge-Reason
+	Limit  int               // at most this many; 0 means no limit
+	Seqs   []uint64          // only these sequences, in this order
 }
 
 // Match reports whether d passes the Route and Reason conditions of f.
@@ -424,7 +425,7 @@ func (q *DLQ) republish(ctx context.Context, d DLQMessage) (ReplayResult, error)
 	switch {
 	case errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrStreamNotMatch:
 		return res, &ReplayRefusedError{Seq: d.Seq, Subject: d.Subject, Err: err,
-			Reason: fmt.Sprintf("%s is stored by another stream than %s; nothing was stored", HeaderOriginalSubject, q.source)}
+			Reason: fmt.Sprintf("%s is stored by another stream than %s; nothing was stored", deadletter.HeaderOriginalSubject, q.source)}
 	case err != nil:
 		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
 			err = producer.ErrNoStream
@@ -501,7 +502,7 @@ func replayMismatch(subject string, h nats.Header, data []byte, want *nats.Msg) 
 	if subject != want.Subject {
 		diff = append(diff, "subject")
 	}
-	for _, k := range []string{jetstream.MsgIDHeader, producer.HeaderEventID, HeaderReplayedFrom} {
+	for _, k := range []string{jetstream.MsgIDHeader, producer.HeaderEventID, deadletter.HeaderReplayedFrom} {
 		if !slices.Equal(h[k], want.Header[k]) {
 			diff = append(diff, k)
 		}
@@ -527,10 +528,10 @@ func (d DLQMessage) ReplayMsg() (*nats.Msg, error) {
 
 func (d DLQMessage) replayMsg(id string) (*nats.Msg, error) {
 	if d.Subject == "" {
-		return nil, notReplayable(d.Seq, "no "+HeaderOriginalSubject+" header")
+		return nil, notReplayable(d.Seq, "no "+deadletter.HeaderOriginalSubject+" header")
 	}
 	if subjects.ValidateSubject(d.Subject) != nil {
-		return nil, notReplayable(d.Seq, HeaderOriginalSubject+" is not a valid subject")
+		return nil, notReplayable(d.Seq, deadletter.HeaderOriginalSubject+" is not a valid subject")
 	}
 	if d.EventID == "" {
 		return nil, notReplayable(d.Seq, "no "+producer.HeaderEventID+" header")
@@ -545,7 +546,7 @@ func (d DLQMessage) replayMsg(id string) (*nats.Msg, error) {
 	seq := strconv.FormatUint(d.Seq, 10)
 	h.Set(producer.HeaderEventID, d.EventID)
 	h.Set(jetstream.MsgIDHeader, id)
-	h.Set(HeaderReplayedFrom, seq)
+	h.Set(deadletter.HeaderReplayedFrom, seq)
 	return &nats.Msg{Subject: d.Subject, Header: h, Data: d.Data}, nil
 }
 
@@ -586,20 +587,20 @@ func decodeDeadLetter(seq uint64, subject string, stored time.Time, h nats.Heade
 		Seq:            seq,
 		DLQSubject:     subject,
 		Stored:         stored,
-		Route:          h.Get(HeaderRoute),
-		Destination:    h.Get(HeaderDestination),
-		Reason:         h.Get(HeaderReason),
-		Failure:        h.Get(HeaderFailure),
-		Error:          h.Get(HeaderError),
+		Route:          h.Get(deadletter.HeaderRoute),
+		Destination:    h.Get(deadletter.HeaderDestination),
+		Reason:         deadletter.Reason(h.Get(deadletter.HeaderReason)),
+		Failure:        deadletter.Failure(h.Get(deadletter.HeaderFailure)),
+		Error:          h.Get(deadletter.HeaderError),
 		EventID:        h.Get(producer.HeaderEventID),
-		Subject:        h.Get(HeaderOriginalSubject),
-		OriginalStream: h.Get(HeaderOriginalStream),
+		Subject:        h.Get(deadletter.HeaderOriginalSubject),
+		OriginalStream: h.Get(deadletter.HeaderOriginalStream),
 		Header:         h,
 	}
-	d.Status, _ = strconv.Atoi(h.Get(HeaderStatus))
-	d.OriginalSeq, _ = strconv.ParseUint(h.Get(HeaderOriginalSequence), 10, 64)
-	d.Deliveries, _ = strconv.ParseUint(h.Get(HeaderDeliveries), 10, 64)
-	if t, err := time.Parse(time.RFC3339, h.Get(HeaderFailedAt)); err == nil {
+	d.Status, _ = strconv.Atoi(h.Get(deadletter.HeaderStatus))
+	d.OriginalSeq, _ = strconv.ParseUint(h.Get(deadletter.HeaderOriginalSequence), 10, 64)
+	d.Deliveries, _ = strconv.ParseUint(h.Get(deadletter.HeaderDeliveries), 10, 64)
+	if t, err := time.Parse(time.RFC3339, h.Get(deadletter.HeaderFailedAt)); err == nil {
 		d.FailedAt = t
 	}
 	return d

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sotercare/jetbridge/deadletter"
 	"github.com/sotercare/jetbridge/internal/sinktest"
 	"github.com/sotercare/jetbridge/producer"
 )
@@ -119,7 +120,7 @@ func storedByEventID(t *testing.T, h *harness) (all, replays map[string]int) {
 		}
 		id := m.Header.Get(producer.HeaderEventID)
 		all[id]++
-		if m.Header.Get(HeaderReplayedFrom) != "" {
+		if m.Header.Get(deadletter.HeaderReplayedFrom) != "" {
 			replays[id]++
 		}
 	}
@@ -165,7 +166,7 @@ func TestDLQListFiltersAndGet(t *testing.T) {
 		if i > 0 && d.Seq <= all[i-1].Seq {
 			t.Errorf("List not in stream order: %d after %d", d.Seq, all[i-1].Seq)
 		}
-		if d.Route != ev.route || d.Reason != ReasonRejected || d.Failure != FailureDownstream || d.Status != 400 ||
+		if d.Route != ev.route || d.Reason != deadletter.ReasonRejected || d.Failure != deadletter.FailureDownstream || d.Status != 400 ||
 			d.Subject != ev.subject || d.Deliveries != 1 || d.Destination != "d" || d.OriginalStream != h.cfg.Stream.Name ||
 			d.OriginalSeq == 0 || d.FailedAt.IsZero() || d.DLQSubject != "dlq."+ev.route+"."+ev.subject {
 			t.Errorf("dead letter %d decoded as %+v, want route %s, rejected, downstream-status, 400, subject %s, 1 delivery", d.Seq, d, ev.route, ev.subject)
@@ -197,13 +198,13 @@ func TestDLQListFiltersAndGet(t *testing.T) {
 	}{
 		{"route ra", DLQFilter{Route: "ra"}, 20, func(d DLQMessage) bool { return d.Route == "ra" }},
 		{"route rb", DLQFilter{Route: "rb"}, 10, func(d DLQMessage) bool { return d.Route == "rb" }},
-		{"reason rejected", DLQFilter{Reason: ReasonRejected}, 30, func(d DLQMessage) bool { return d.Reason == ReasonRejected }},
-		{"route and reason", DLQFilter{Route: "rb", Reason: ReasonRejected}, 10, func(d DLQMessage) bool { return d.Route == "rb" }},
+		{"reason rejected", DLQFilter{Reason: deadletter.ReasonRejected}, 30, func(d DLQMessage) bool { return d.Reason == deadletter.ReasonRejected }},
+		{"route and reason", DLQFilter{Route: "rb", Reason: deadletter.ReasonRejected}, 10, func(d DLQMessage) bool { return d.Route == "rb" }},
 		{"limit", DLQFilter{Limit: 7}, 7, nil},
 		{"route with limit", DLQFilter{Route: "rb", Limit: 3}, 3, func(d DLQMessage) bool { return d.Route == "rb" }},
 		{"limit above count", DLQFilter{Route: "rb", Limit: 50}, 10, nil},
 		{"unknown route", DLQFilter{Route: "nope"}, 0, nil},
-		{"other reason", DLQFilter{Reason: ReasonMaxDeliveries}, 0, nil},
+		{"other reason", DLQFilter{Reason: deadletter.ReasonMaxDeliveries}, 0, nil},
 		{"seqs", DLQFilter{Seqs: []uint64{all[5].Seq, all[2].Seq}}, 2, nil},
 		{"seqs with route", DLQFilter{Seqs: seqsOf(all[:6]), Route: "rb"}, rbIn(all[:6]), func(d DLQMessage) bool { return d.Route == "rb" }},
 	}
@@ -338,10 +339,10 @@ func TestDLQReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantHdr := nats.Header{
-		producer.HeaderEventID: {first.EventID},
-		"X-Custom":             {"c" + first.EventID},
-		jetstream.MsgIDHeader:  {ReplayMsgID(first)},
-		HeaderReplayedFrom:     {fmt.Sprint(first.Seq)},
+		producer.HeaderEventID:        {first.EventID},
+		"X-Custom":                    {"c" + first.EventID},
+		jetstream.MsgIDHeader:         {ReplayMsgID(first)},
+		deadletter.HeaderReplayedFrom: {fmt.Sprint(first.Seq)},
 		// the expectation that only the configured stream may store it
 		jetstream.ExpectedStreamHeader: {h.cfg.Stream.Name},
 	}
@@ -488,9 +489,9 @@ func TestDLQReplayMalformed(t *testing.T) {
 	h := startBridge(t, testConfig(t, dlqYAML, sink.URL()), faults{})
 	ctx := dlqCtx(t)
 	crafted := []nats.Header{
-		{HeaderRoute: {"ra"}, HeaderReason: {ReasonRejected}, producer.HeaderEventID: {"no-subject"}},
-		{HeaderRoute: {"ra"}, HeaderReason: {ReasonRejected}, HeaderOriginalSubject: {"events.info.a.x"}},
-		{HeaderRoute: {"ra"}, HeaderReason: {ReasonRejected}, producer.HeaderEventID: {"bad-subject"}, HeaderOriginalSubject: {"events.info.a.*"}},
+		{deadletter.HeaderRoute: {"ra"}, deadletter.HeaderReason: {string(deadletter.ReasonRejected)}, producer.HeaderEventID: {"no-subject"}},
+		{deadletter.HeaderRoute: {"ra"}, deadletter.HeaderReason: {string(deadletter.ReasonRejected)}, deadletter.HeaderOriginalSubject: {"events.info.a.x"}},
+		{deadletter.HeaderRoute: {"ra"}, deadletter.HeaderReason: {string(deadletter.ReasonRejected)}, producer.HeaderEventID: {"bad-subject"}, deadletter.HeaderOriginalSubject: {"events.info.a.*"}},
 	}
 	for _, hdr := range crafted {
 		if _, err := h.js.PublishMsg(ctx, &nats.Msg{Subject: "dlq.ra.events.info.a.x", Header: hdr, Data: []byte(`{}`)}); err != nil {

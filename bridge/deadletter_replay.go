@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sotercare/jetbridge/config"
+	"github.com/sotercare/jetbridge/deadletter"
 	"github.com/sotercare/jetbridge/subjects"
 )
 
@@ -99,37 +100,37 @@ func (g replayGuard) check(d DLQMessage) error {
 	}
 	s := d.Subject
 	if s == "" {
-		return notReplayable(d.Seq, "no "+HeaderOriginalSubject+" header")
+		return notReplayable(d.Seq, "no "+deadletter.HeaderOriginalSubject+" header")
 	}
 	if why := literalSubjectProblem(s); why != "" {
-		return refuse("%s %s", HeaderOriginalSubject, why)
+		return refuse("%s %s", deadletter.HeaderOriginalSubject, why)
 	}
 	first, _, _ := strings.Cut(s, ".")
 	if strings.HasPrefix(first, "$") {
 		if what, ok := systemTokens[first]; ok {
-			return refuse("%s is a NATS system subject (%s, %s)", HeaderOriginalSubject, first, what)
+			return refuse("%s is a NATS system subject (%s, %s)", deadletter.HeaderOriginalSubject, first, what)
 		}
-		return refuse("%s is a NATS system subject (first token starts with \"$\")", HeaderOriginalSubject)
+		return refuse("%s is a NATS system subject (first token starts with \"$\")", deadletter.HeaderOriginalSubject)
 	}
 	if first == "_INBOX" {
-		return refuse("%s is a reply inbox (_INBOX)", HeaderOriginalSubject)
+		return refuse("%s is a reply inbox (_INBOX)", deadletter.HeaderOriginalSubject)
 	}
 	if g.prefix != "" && (s == g.prefix || strings.HasPrefix(s, g.prefix+".")) {
-		return refuse("%s is under the dead-letter prefix %s", HeaderOriginalSubject, g.prefix)
+		return refuse("%s is under the dead-letter prefix %s", deadletter.HeaderOriginalSubject, g.prefix)
 	}
 	switch stream := d.OriginalStream; {
 	case stream == "":
-		return refuse("no %s header (want %s)", HeaderOriginalStream, g.stream)
+		return refuse("no %s header (want %s)", deadletter.HeaderOriginalStream, g.stream)
 	case stream != g.stream:
-		return refuse("%s is not the configured stream %s", HeaderOriginalStream, g.stream)
+		return refuse("%s is not the configured stream %s", deadletter.HeaderOriginalStream, g.stream)
 	}
 	if !matchesAny(g.subjects, s) {
-		return refuse("%s is outside stream %s's subjects %s", HeaderOriginalSubject, g.stream, strings.Join(g.subjects, ", "))
+		return refuse("%s is outside stream %s's subjects %s", deadletter.HeaderOriginalSubject, g.stream, strings.Join(g.subjects, ", "))
 	}
 	if filters, ok := g.routes[d.Route]; ok && !matchesAny(filters, s) {
-		return refuse("%s is outside route %s's subjects %s", HeaderOriginalSubject, d.Route, strings.Join(filters, ", "))
+		return refuse("%s is outside route %s's subjects %s", deadletter.HeaderOriginalSubject, d.Route, strings.Join(filters, ", "))
 	}
-	if vs, ok := d.Header[HeaderPayloadOmitted]; ok {
+	if vs, ok := d.Header[deadletter.HeaderPayloadOmitted]; ok {
 		size := "size unknown"
 		if len(vs) > 0 {
 			if n, err := strconv.ParseUint(vs[0], 10, 64); err == nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sotercare/jetbridge/config"
+	"github.com/sotercare/jetbridge/deadletter"
 	"github.com/sotercare/jetbridge/internal/natstest"
 	"github.com/sotercare/jetbridge/internal/sinktest"
 	"github.com/sotercare/jetbridge/producer"
@@ -127,14 +128,14 @@ func guardRows() []guardRow {
 		{name: "any: prefix itself", cfg: "any", subject: "ops.dlq", want: "under the dead-letter prefix ops.dlq"},
 
 		// origin stream
-		{name: "foreign stream", cfg: "events", route: "ra", subject: "events.info.a.x", hdr: map[string]string{HeaderOriginalStream: "OTHER"}, want: "Bridge-Original-Stream is not the configured stream EVENTS"},
-		{name: "stream name case", cfg: "events", route: "ra", subject: "events.info.a.x", hdr: map[string]string{HeaderOriginalStream: "events"}, want: "not the configured stream EVENTS"},
-		{name: "no stream header", cfg: "events", route: "ra", subject: "events.info.a.x", hdr: map[string]string{HeaderOriginalStream: ""}, want: "no Bridge-Original-Stream header"},
+		{name: "foreign stream", cfg: "events", route: "ra", subject: "events.info.a.x", hdr: map[string]string{deadletter.HeaderOriginalStream: "OTHER"}, want: "Bridge-Original-Stream is not the configured stream EVENTS"},
+		{name: "stream name case", cfg: "events", route: "ra", subject: "events.info.a.x", hdr: map[string]string{deadletter.HeaderOriginalStream: "events"}, want: "not the configured stream EVENTS"},
+		{name: "no stream header", cfg: "events", route: "ra", subject: "events.info.a.x", hdr: map[string]string{deadletter.HeaderOriginalStream: ""}, want: "no Bridge-Original-Stream header"},
 
 		// omitted payload
-		{name: "payload omitted", cfg: "events", route: "ra", subject: "events.info.a.x", hdr: map[string]string{HeaderPayloadOmitted: "2000000"},
+		{name: "payload omitted", cfg: "events", route: "ra", subject: "events.info.a.x", hdr: map[string]string{deadletter.HeaderPayloadOmitted: "2000000"},
 			want: "stored without its payload (2000000 bytes); read it from EVENTS seq 42 while the stream retains it"},
-		{name: "payload omitted, garbage size", cfg: "events", route: "ra", subject: "events.info.a.x", hdr: map[string]string{HeaderPayloadOmitted: "x\x1b[2J"},
+		{name: "payload omitted, garbage size", cfg: "events", route: "ra", subject: "events.info.a.x", hdr: map[string]string{deadletter.HeaderPayloadOmitted: "x\x1b[2J"},
 			want: "stored without its payload (size unknown); read it from EVENTS seq 42"},
 
 		// a header replay needs, after the guard
@@ -148,14 +149,14 @@ func guardRows() []guardRow {
 func guardDeadLetter(r guardRow) DLQMessage {
 	h := nats.Header{}
 	h.Set(producer.HeaderEventID, "ev-1")
-	h.Set(HeaderOriginalStream, "EVENTS")
-	h.Set(HeaderOriginalSequence, "42")
-	h.Set(HeaderReason, ReasonRejected)
+	h.Set(deadletter.HeaderOriginalStream, "EVENTS")
+	h.Set(deadletter.HeaderOriginalSequence, "42")
+	h.Set(deadletter.HeaderReason, string(deadletter.ReasonRejected))
 	if r.route != "" {
-		h.Set(HeaderRoute, r.route)
+		h.Set(deadletter.HeaderRoute, r.route)
 	}
 	if r.subject != "" {
-		h.Set(HeaderOriginalSubject, r.subject)
+		h.Set(deadletter.HeaderOriginalSubject, r.subject)
 	}
 	for k, v := range r.hdr {
 		if v == "" {
@@ -223,7 +224,7 @@ func TestReplayGuardTable(t *testing.T) {
 		"the old guard: any valid subject": func(replayGuard) func(DLQMessage) error {
 			return func(d DLQMessage) error {
 				if d.Subject == "" {
-					return notReplayable(d.Seq, "no "+HeaderOriginalSubject+" header")
+					return notReplayable(d.Seq, "no "+deadletter.HeaderOriginalSubject+" header")
 				}
 				return subjects.ValidateSubject(d.Subject)
 			}
@@ -257,7 +258,7 @@ func TestReplayGuardTable(t *testing.T) {
 		"omitted payload allowed": func(g replayGuard) func(DLQMessage) error {
 			return func(d DLQMessage) error {
 				d.Header = maps.Clone(d.Header)
-				d.Header.Del(HeaderPayloadOmitted)
+				d.Header.Del(deadletter.HeaderPayloadOmitted)
 				return g.check(d)
 			}
 		},
@@ -320,8 +321,8 @@ func dangerousDeadLetters() []planted {
 		{route: "ra", subject: "$O.x", id: "x-obj", want: "NATS system subject ($O, an object store)"},
 		{route: "ra", subject: "dlq.ra.events.info.a.loop", id: "x-loop", want: "under the dead-letter prefix dlq"},
 		{route: "ra", subject: "orders.created", id: "x-outside", want: "outside stream EVENTS's subjects events.>"},
-		{route: "ra", subject: "events.info.a.foreign", id: "x-foreign", hdr: map[string]string{HeaderOriginalStream: "OTHER"}, want: "Bridge-Original-Stream is not the configured stream EVENTS"},
-		{route: "ra", subject: "events.info.a.big", id: "x-omitted", data: []byte{}, hdr: map[string]string{HeaderPayloadOmitted: "2000000", HeaderOriginalSequence: "3"},
+		{route: "ra", subject: "events.info.a.foreign", id: "x-foreign", hdr: map[string]string{deadletter.HeaderOriginalStream: "OTHER"}, want: "Bridge-Original-Stream is not the configured stream EVENTS"},
+		{route: "ra", subject: "events.info.a.big", id: "x-omitted", data: []byte{}, hdr: map[string]string{deadletter.HeaderPayloadOmitted: "2000000", deadletter.HeaderOriginalSequence: "3"},
 			want: "stored without its payload (2000000 bytes); read it from EVENTS seq 3 while the stream retains it"},
 		{route: "rb", subject: "events.info.a.wrong-route", id: "x-route", want: "outside route rb's subjects events.critical.b.>"},
 	}
@@ -341,10 +342,10 @@ func plant(t testing.TB, js jetstream.JetStream, p planted) uint64 {
 	h := nats.Header{}
 	for k, v := range map[string]string{
 		producer.HeaderEventID: p.id, "Content-Type": "application/json",
-		HeaderReason: ReasonRejected, HeaderFailure: FailureDownstream, HeaderStatus: "400",
-		HeaderRoute: p.route, HeaderDestination: "d", HeaderDeliveries: "1",
-		HeaderOriginalSubject: p.subject, HeaderOriginalStream: "EVENTS", HeaderOriginalSequence: "1",
-		HeaderFailedAt: "2026-03-01T10:00:00Z",
+		deadletter.HeaderReason: string(deadletter.ReasonRejected), deadletter.HeaderFailure: string(deadletter.FailureDownstream), deadletter.HeaderStatus: "400",
+		deadletter.HeaderRoute: p.route, deadletter.HeaderDestination: "d", deadletter.HeaderDeliveries: "1",
+		deadletter.HeaderOriginalSubject: p.subject, deadletter.HeaderOriginalStream: "EVENTS", deadletter.HeaderOriginalSequence: "1",
+		deadletter.HeaderFailedAt: "2026-03-01T10:00:00Z",
 	} {
 		h.Set(k, v)
 	}
@@ -458,7 +459,7 @@ func checkReplayRefusals(t testing.TB, dangerous []planted, swap func(q *DLQ)) e
 			if err != nil {
 				return err
 			}
-			if m.Header.Get(HeaderReplayedFrom) != "" {
+			if m.Header.Get(deadletter.HeaderReplayedFrom) != "" {
 				errs = append(errs, fmt.Errorf("dead letter %s republished on its subject", id))
 			}
 		}
@@ -650,7 +651,7 @@ func (v *victim) replays(ctx context.Context) (map[uint64]*jetstream.RawStreamMs
 		if err != nil {
 			return nil, err
 		}
-		if m.Header.Get(HeaderReplayedFrom) != "" {
+		if m.Header.Get(deadletter.HeaderReplayedFrom) != "" {
 			out[seq] = m
 		}
 	}
@@ -663,7 +664,7 @@ func (v *victim) checkKept(ctx context.Context) []error {
 	var errs []error
 	if d, err := v.q.Get(ctx, v.d.Seq); err != nil {
 		errs = append(errs, fmt.Errorf("the dead letter is gone: %v", err))
-	} else if string(d.Data) != string(fallPayload) || d.Reason != ReasonRejected || d.EventID != "fall-7" {
+	} else if string(d.Data) != string(fallPayload) || d.Reason != deadletter.ReasonRejected || d.EventID != "fall-7" {
 		errs = append(errs, errors.New("the dead letter changed"))
 	}
 	if reps, err := v.replays(ctx); err != nil {
@@ -690,7 +691,7 @@ func (v *victim) checkReplayed(ctx context.Context, seq uint64) []error {
 	switch {
 	case len(reps) != 1 || m == nil:
 		errs = append(errs, fmt.Errorf("replays stored at %v, want exactly seq %d", slices.Sorted(maps.Keys(reps)), seq))
-	case m.Subject != fallSubject || string(m.Data) != string(fallPayload) || m.Header.Get(HeaderReplayedFrom) != "1" ||
+	case m.Subject != fallSubject || string(m.Data) != string(fallPayload) || m.Header.Get(deadletter.HeaderReplayedFrom) != "1" ||
 		m.Header.Get(producer.HeaderEventID) != "fall-7" || m.Header.Get(jetstream.MsgIDHeader) != ReplayMsgID(v.d):
 		errs = append(errs, fmt.Errorf("seq %d is not the replay of dead letter 1", seq))
 	}
@@ -720,7 +721,7 @@ func checkPlantedReplayID(t testing.TB, swap func(q *DLQ)) error {
 	var errs []error
 	var c *ReplayCollisionError
 	wantText := fmt.Sprintf("bridge: dead letter 1 kept: replay collision: EVENTS seq %d holds another message under this replay's Nats-Msg-Id "+
-		"(different subject, %s, payload); nothing was stored", planted, HeaderReplayedFrom)
+		"(different subject, %s, payload); nothing was stored", planted, deadletter.HeaderReplayedFrom)
 	switch {
 	case err == nil:
 		errs = append(errs, fmt.Errorf("replay succeeded (%+v), want a collision", res))
@@ -903,14 +904,14 @@ func TestReplayMismatch(t *testing.T) {
 		"subject":       {func(s *string, _ nats.Header, _ *[]byte) { *s = noiseSubject }, "different subject"},
 		"msg id":        {func(_ *string, h nats.Header, _ *[]byte) { h.Set(jetstream.MsgIDHeader, "x") }, "different Nats-Msg-Id"},
 		"event id":      {func(_ *string, h nats.Header, _ *[]byte) { h.Set(producer.HeaderEventID, "fall-8") }, "different Event-Id"},
-		"replayed from": {func(_ *string, h nats.Header, _ *[]byte) { h.Set(HeaderReplayedFrom, "4") }, "different Bridge-Replayed-From"},
-		"no replayed":   {func(_ *string, h nats.Header, _ *[]byte) { h.Del(HeaderReplayedFrom) }, "different Bridge-Replayed-From"},
-		"two replayed":  {func(_ *string, h nats.Header, _ *[]byte) { h.Add(HeaderReplayedFrom, "3") }, "different Bridge-Replayed-From"},
+		"replayed from": {func(_ *string, h nats.Header, _ *[]byte) { h.Set(deadletter.HeaderReplayedFrom, "4") }, "different Bridge-Replayed-From"},
+		"no replayed":   {func(_ *string, h nats.Header, _ *[]byte) { h.Del(deadletter.HeaderReplayedFrom) }, "different Bridge-Replayed-From"},
+		"two replayed":  {func(_ *string, h nats.Header, _ *[]byte) { h.Add(deadletter.HeaderReplayedFrom, "3") }, "different Bridge-Replayed-From"},
 		"payload":       {func(_ *string, _ nats.Header, data *[]byte) { (*data)[0] = '[' }, "different payload"},
 		"empty payload": {func(_ *string, _ nats.Header, data *[]byte) { *data = nil }, "different payload"},
 		"all but msg id": {func(s *string, h nats.Header, data *[]byte) {
 			*s = noiseSubject
-			h.Del(HeaderReplayedFrom)
+			h.Del(deadletter.HeaderReplayedFrom)
 			*data = attackerPayload
 		}, "different subject, Bridge-Replayed-From, payload"},
 	} {

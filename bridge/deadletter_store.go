@@ -15,29 +15,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sotercare/jetbridge/deadletter"
 	"github.com/sotercare/jetbridge/producer"
 	"github.com/sotercare/jetbridge/subjects"
 	"github.com/sotercare/jetbridge/tracing"
-)
-
-// Dead-letter headers; see the README's dead-letter section.
-const (
-	HeaderReason           = "Bridge-Reason"
-	HeaderFailure          = "Bridge-Failure"
-	HeaderStatus           = "Bridge-Status"
-	HeaderError            = "Bridge-Error"
-	HeaderRoute            = "Bridge-Route"
-	HeaderDestination      = "Bridge-Destination"
-	HeaderDeliveries       = "Bridge-Deliveries"
-	HeaderOriginalSubject  = "Bridge-Original-Subject"
-	HeaderOriginalStream   = "Bridge-Original-Stream"
-	HeaderOriginalSequence = "Bridge-Original-Sequence"
-	HeaderFailedAt         = "Bridge-Failed-At"
-	HeaderReplayedFrom     = "Bridge-Replayed-From"
-	// HeaderPayloadOmitted marks a dead letter stored without its payload
-	// because the payload and headers together would exceed the server's
-	// max_payload; its value is the original payload size in bytes.
-	HeaderPayloadOmitted = "Bridge-Payload-Omitted"
 )
 
 // DeadLetterMsgID is the Nats-Msg-Id of a dead letter: a retried
@@ -53,7 +34,7 @@ func DeadLetterMsgID(route, stream string, seq uint64) string {
 // reduced form (see storeDeadLetter); one that is refused even in its
 // smallest form returns an error matching ErrDeadLetterRefused, and the
 // caller must not settle the message as dead-lettered.
-func (r *route) deadLetter(ctx context.Context, orig nats.Header, data []byte, ev *event, reason string, failure error) (uint64, error) {
+func (r *route) deadLetter(ctx context.Context, orig nats.Header, data []byte, ev *event, reason deadletter.Reason, failure error) (uint64, error) {
 	h := make(nats.Header, len(orig)+14)
 	for k, vs := range orig {
 		// No Nats-* header is copied: the original Nats-Msg-Id would make the
@@ -66,21 +47,21 @@ func (r *route) deadLetter(ctx context.Context, orig nats.Header, data []byte, e
 	}
 	h.Set(producer.HeaderEventID, ev.ID)
 	h.Set(jetstream.MsgIDHeader, DeadLetterMsgID(r.cfg.Name, ev.Stream, ev.Seq))
-	h.Set(HeaderReason, reason)
+	h.Set(deadletter.HeaderReason, string(reason))
 	if kind := FailureKind(failure); kind != "" {
-		h.Set(HeaderFailure, kind)
+		h.Set(deadletter.HeaderFailure, string(kind))
 	}
 	if st := statusOf(failure); st != 0 {
-		h.Set(HeaderStatus, strconv.Itoa(st))
+		h.Set(deadletter.HeaderStatus, strconv.Itoa(st))
 	}
-	h.Set(HeaderError, describe(failure))
-	h.Set(HeaderRoute, r.cfg.Name)
-	h.Set(HeaderDestination, r.dest.name)
-	h.Set(HeaderDeliveries, strconv.FormatUint(ev.Delivered, 10))
-	h.Set(HeaderOriginalSubject, ev.Subject)
-	h.Set(HeaderOriginalStream, ev.Stream)
-	h.Set(HeaderOriginalSequence, strconv.FormatUint(ev.Seq, 10))
-	h.Set(HeaderFailedAt, time.Now().UTC().Format(time.RFC3339))
+	h.Set(deadletter.HeaderError, describe(failure))
+	h.Set(deadletter.HeaderRoute, r.cfg.Name)
+	h.Set(deadletter.HeaderDestination, r.dest.name)
+	h.Set(deadletter.HeaderDeliveries, strconv.FormatUint(ev.Delivered, 10))
+	h.Set(deadletter.HeaderOriginalSubject, ev.Subject)
+	h.Set(deadletter.HeaderOriginalStream, ev.Stream)
+	h.Set(deadletter.HeaderOriginalSequence, strconv.FormatUint(ev.Seq, 10))
+	h.Set(deadletter.HeaderFailedAt, time.Now().UTC().Format(time.RFC3339))
 
 	dl := r.b.cfg.DeadLetter
 	// Set here rather than with jetstream.WithExpectStream, so that the size
@@ -110,17 +91,11 @@ func (r *route) deadLetter(ctx context.Context, orig nats.Header, data []byte, e
 		r.b.m.payloadOmitted.WithLabelValues(r.cfg.Name).Inc()
 		msgLog(r.log.Warn(), ev).Int("payload_bytes", len(data)).
 			Int64("max_payload", limit).Str("refused_by", form.refusedBy).
-			Bool("headers_omitted", form.form == dlMinimal).Str("reason", reason).
+			Bool("headers_omitted", form.form == dlMinimal).Str("reason", string(reason)).
 			Msg("dead letter too large: stored without its payload; the payload stays in the source stream at Bridge-Original-Sequence")
 	}
 	return form.seq, nil
 }
-
-// HeaderHeadersOmitted marks a dead letter that, even without its payload,
-// would not fit: the original headers were dropped too, except Event-Id,
-// Event-Type, Event-Severity and Content-Type. Its value is the number of
-// original header fields dropped.
-const HeaderHeadersOmitted = "Bridge-Headers-Omitted"
 
 // dlForm is how much of the original message a dead letter keeps.
 type dlForm int
@@ -150,9 +125,9 @@ func shrinkDeadLetter(full *nats.Msg, to dlForm) *nats.Msg {
 		}
 		h[k] = append([]string(nil), vs...)
 	}
-	h.Set(HeaderPayloadOmitted, strconv.Itoa(len(full.Data)))
+	h.Set(deadletter.HeaderPayloadOmitted, strconv.Itoa(len(full.Data)))
 	if to == dlMinimal {
-		h.Set(HeaderHeadersOmitted, strconv.Itoa(dropped))
+		h.Set(deadletter.HeaderHeadersOmitted, strconv.Itoa(dropped))
 	}
 	return &nats.Msg{Subject: full.Subject, Header: h}
 }
@@ -266,8 +241,8 @@ func DeadLetterRestoreID(id string, planted uint64, plantedAt time.Time, data []
 
 // dlCompared are the headers that make two dead letters the same one:
 // the id, where it came from, and the form it was stored in.
-var dlCompared = []string{jetstream.MsgIDHeader, producer.HeaderEventID, HeaderRoute, HeaderOriginalStream,
-	HeaderOriginalSequence, HeaderOriginalSubject, HeaderPayloadOmitted, HeaderHeadersOmitted}
+var dlCompared = []string{jetstream.MsgIDHeader, producer.HeaderEventID, deadletter.HeaderRoute, deadletter.HeaderOriginalStream,
+	deadletter.HeaderOriginalSequence, deadletter.HeaderOriginalSubject, deadletter.HeaderPayloadOmitted, deadletter.HeaderHeadersOmitted}
 
 // deadLetterMismatch compares the message a duplicate PubAck names, read
 // back from the dead-letter stream, with the dead letter sent: the

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sotercare/jetbridge/config"
+	"github.com/sotercare/jetbridge/deadletter"
 	"github.com/sotercare/jetbridge/internal/natstest"
 	"github.com/sotercare/jetbridge/internal/sinktest"
 	"github.com/sotercare/jetbridge/producer"
@@ -184,7 +185,7 @@ func TestRejectedDeadLetterThatWouldNotFit(t *testing.T) {
 				if len(first) == 0 {
 					return errors.New("the message was never settled")
 				}
-				if first[0].Outcome != OutcomeDeadLettered || first[0].Reason != ReasonRejected {
+				if first[0].Outcome != OutcomeDeadLettered || first[0].Reason != deadletter.ReasonRejected {
 					return fmt.Errorf("first settlement %s %s, want dead_lettered rejected", first[0].Outcome, first[0].Reason)
 				}
 				if err := quietErr(h, "r", 10*time.Second); err != nil {
@@ -205,22 +206,22 @@ func TestRejectedDeadLetterThatWouldNotFit(t *testing.T) {
 					return fmt.Errorf("dead letter carries %d payload bytes, want none", len(d.Data))
 				}
 				for k, want := range map[string]string{
-					HeaderPayloadOmitted:     strconv.Itoa(len(payload)),
-					HeaderOriginalSequence:   strconv.FormatUint(seq, 10),
-					HeaderOriginalStream:     cfg.Stream.Name,
-					HeaderOriginalSubject:    "events.info.big",
-					HeaderReason:             ReasonRejected,
-					HeaderStatus:             "400",
-					producer.HeaderEventID:   "e1",
-					producer.HeaderEventType: "big.report",
-					jetstream.MsgIDHeader:    DeadLetterMsgID("r", cfg.Stream.Name, seq),
+					deadletter.HeaderPayloadOmitted:   strconv.Itoa(len(payload)),
+					deadletter.HeaderOriginalSequence: strconv.FormatUint(seq, 10),
+					deadletter.HeaderOriginalStream:   cfg.Stream.Name,
+					deadletter.HeaderOriginalSubject:  "events.info.big",
+					deadletter.HeaderReason:           string(deadletter.ReasonRejected),
+					deadletter.HeaderStatus:           "400",
+					producer.HeaderEventID:            "e1",
+					producer.HeaderEventType:          "big.report",
+					jetstream.MsgIDHeader:             DeadLetterMsgID("r", cfg.Stream.Name, seq),
 				} {
 					if got := d.Header.Get(k); got != want {
 						return fmt.Errorf("dead letter %s = %q, want %q", k, got, want)
 					}
 				}
-				if got := d.Header.Get(HeaderHeadersOmitted); tc.wantMinimal != (got == "1") {
-					return fmt.Errorf("%s = %q, want original headers omitted: %t", HeaderHeadersOmitted, got, tc.wantMinimal)
+				if got := d.Header.Get(deadletter.HeaderHeadersOmitted); tc.wantMinimal != (got == "1") {
+					return fmt.Errorf("%s = %q, want original headers omitted: %t", deadletter.HeaderHeadersOmitted, got, tc.wantMinimal)
 				}
 				if tc.wantMinimal && d.Header.Get("X-Big") != "" {
 					return errors.New("minimal dead letter kept the X-Big original header")
@@ -231,7 +232,7 @@ func TestRejectedDeadLetterThatWouldNotFit(t *testing.T) {
 				if v := testutil.ToFloat64(h.b.m.payloadOmitted.WithLabelValues("r")); v != 1 {
 					return fmt.Errorf("bridge_dead_letter_payload_omitted_total{route=r} = %v, want 1", v)
 				}
-				if v := testutil.ToFloat64(h.b.m.deadLetters.WithLabelValues("r", ReasonRejected)); v != 1 {
+				if v := testutil.ToFloat64(h.b.m.deadLetters.WithLabelValues("r", string(deadletter.ReasonRejected))); v != 1 {
 					return fmt.Errorf("bridge_dead_letters_total{route=r,reason=rejected} = %v, want 1", v)
 				}
 				logs := h.logs.String()
@@ -281,7 +282,7 @@ func TestGivenUpNearLimitMessageDeadLetteredWithoutPayload(t *testing.T) {
 			return len(h.outcomes()) > 0 || logLines(h.logs.String(), `"component":"max-deliveries"`, "safety net:") > 0
 		})
 		out := h.outcomes()
-		if len(out) != 1 || out[0].Outcome != OutcomeDeadLettered || out[0].Reason != ReasonMaxDeliveries {
+		if len(out) != 1 || out[0].Outcome != OutcomeDeadLettered || out[0].Reason != deadletter.ReasonMaxDeliveries {
 			return fmt.Errorf("settlements %+v, want one dead letter max-deliveries", out)
 		}
 		dl := h.deadLetters()
@@ -289,12 +290,12 @@ func TestGivenUpNearLimitMessageDeadLetteredWithoutPayload(t *testing.T) {
 			return fmt.Errorf("%d dead letters, want exactly 1", len(dl))
 		}
 		d := dl[0]
-		if len(d.Data) != 0 || d.Header.Get(HeaderPayloadOmitted) != strconv.Itoa(len(payload)) {
+		if len(d.Data) != 0 || d.Header.Get(deadletter.HeaderPayloadOmitted) != strconv.Itoa(len(payload)) {
 			return fmt.Errorf("dead letter has %d payload bytes and %s %q, want none and %d",
-				len(d.Data), HeaderPayloadOmitted, d.Header.Get(HeaderPayloadOmitted), len(payload))
+				len(d.Data), deadletter.HeaderPayloadOmitted, d.Header.Get(deadletter.HeaderPayloadOmitted), len(payload))
 		}
-		if d.Header.Get(HeaderOriginalSequence) != strconv.FormatUint(ack.Sequence, 10) ||
-			d.Header.Get(HeaderReason) != ReasonMaxDeliveries || d.Header.Get(HeaderDeliveries) != "3" {
+		if d.Header.Get(deadletter.HeaderOriginalSequence) != strconv.FormatUint(ack.Sequence, 10) ||
+			d.Header.Get(deadletter.HeaderReason) != string(deadletter.ReasonMaxDeliveries) || d.Header.Get(deadletter.HeaderDeliveries) != "3" {
 			return errors.New("dead letter's Bridge-Original-Sequence, Bridge-Reason or Bridge-Deliveries wrong")
 		}
 		if n := sink.Count(); n != 0 {
@@ -303,7 +304,7 @@ func TestGivenUpNearLimitMessageDeadLetteredWithoutPayload(t *testing.T) {
 		if v := testutil.ToFloat64(h.b.m.payloadOmitted.WithLabelValues("r")); v != 1 {
 			return fmt.Errorf("payload-omitted counter = %v, want 1", v)
 		}
-		if v := testutil.ToFloat64(h.b.m.deadLetters.WithLabelValues("r", ReasonMaxDeliveries)); v != 1 {
+		if v := testutil.ToFloat64(h.b.m.deadLetters.WithLabelValues("r", string(deadletter.ReasonMaxDeliveries))); v != 1 {
 			return fmt.Errorf("dead-letter counter = %v, want 1", v)
 		}
 		return nil
@@ -389,16 +390,16 @@ func TestShrinkDeadLetter(t *testing.T) {
 		Subject: "dlq.r.events.info.x",
 		Data:    jsonOfSize(1000),
 		Header: nats.Header{
-			producer.HeaderEventID:         {"e1"},
-			producer.HeaderEventType:       {"t"},
-			"event-severity":               {"INFO"}, // a producer's own spelling is kept too
-			producer.HeaderContentType:     {"application/json"},
-			"X-Big":                        {"bbbb"},
-			"Event-Meta-Patient":           {"p1"},
-			jetstream.MsgIDHeader:          {"dlq:r:EVENTS:7"},
-			jetstream.ExpectedStreamHeader: {"EVENTS_DLQ"},
-			HeaderReason:                   {ReasonRejected},
-			HeaderOriginalSequence:         {"7"},
+			producer.HeaderEventID:            {"e1"},
+			producer.HeaderEventType:          {"t"},
+			"event-severity":                  {"INFO"}, // a producer's own spelling is kept too
+			producer.HeaderContentType:        {"application/json"},
+			"X-Big":                           {"bbbb"},
+			"Event-Meta-Patient":              {"p1"},
+			jetstream.MsgIDHeader:             {"dlq:r:EVENTS:7"},
+			jetstream.ExpectedStreamHeader:    {"EVENTS_DLQ"},
+			deadletter.HeaderReason:           {string(deadletter.ReasonRejected)},
+			deadletter.HeaderOriginalSequence: {"7"},
 		},
 	}
 	tests := []struct {
@@ -409,10 +410,10 @@ func TestShrinkDeadLetter(t *testing.T) {
 		wantOmitted string // Bridge-Payload-Omitted
 		wantHeaders string // Bridge-Headers-Omitted
 	}{
-		{dlFull, string(jsonOfSize(1000)), []string{"X-Big", HeaderReason}, []string{HeaderPayloadOmitted, HeaderHeadersOmitted}, "", ""},
-		{dlNoPayload, "", []string{"X-Big", "Event-Meta-Patient", HeaderReason, jetstream.MsgIDHeader}, []string{HeaderHeadersOmitted}, "1000", ""},
+		{dlFull, string(jsonOfSize(1000)), []string{"X-Big", deadletter.HeaderReason}, []string{deadletter.HeaderPayloadOmitted, deadletter.HeaderHeadersOmitted}, "", ""},
+		{dlNoPayload, "", []string{"X-Big", "Event-Meta-Patient", deadletter.HeaderReason, jetstream.MsgIDHeader}, []string{deadletter.HeaderHeadersOmitted}, "1000", ""},
 		{dlMinimal, "", []string{producer.HeaderEventID, producer.HeaderEventType, "event-severity", producer.HeaderContentType, jetstream.MsgIDHeader,
-			jetstream.ExpectedStreamHeader, HeaderReason, HeaderOriginalSequence}, []string{"X-Big", "Event-Meta-Patient"}, "1000", "2"},
+			jetstream.ExpectedStreamHeader, deadletter.HeaderReason, deadletter.HeaderOriginalSequence}, []string{"X-Big", "Event-Meta-Patient"}, "1000", "2"},
 	}
 	for _, tc := range tests {
 		t.Run(strconv.Itoa(int(tc.form)), func(t *testing.T) {
@@ -430,18 +431,18 @@ func TestShrinkDeadLetter(t *testing.T) {
 					t.Errorf("header %s present, want absent", k)
 				}
 			}
-			if tc.wantOmitted != "" && m.Header.Get(HeaderPayloadOmitted) != tc.wantOmitted {
-				t.Errorf("%s = %q, want %q", HeaderPayloadOmitted, m.Header.Get(HeaderPayloadOmitted), tc.wantOmitted)
+			if tc.wantOmitted != "" && m.Header.Get(deadletter.HeaderPayloadOmitted) != tc.wantOmitted {
+				t.Errorf("%s = %q, want %q", deadletter.HeaderPayloadOmitted, m.Header.Get(deadletter.HeaderPayloadOmitted), tc.wantOmitted)
 			}
-			if tc.wantHeaders != "" && m.Header.Get(HeaderHeadersOmitted) != tc.wantHeaders {
-				t.Errorf("%s = %q, want %q", HeaderHeadersOmitted, m.Header.Get(HeaderHeadersOmitted), tc.wantHeaders)
+			if tc.wantHeaders != "" && m.Header.Get(deadletter.HeaderHeadersOmitted) != tc.wantHeaders {
+				t.Errorf("%s = %q, want %q", deadletter.HeaderHeadersOmitted, m.Header.Get(deadletter.HeaderHeadersOmitted), tc.wantHeaders)
 			}
 			if tc.form > dlFull && msgSize(m) >= msgSize(full) {
 				t.Errorf("form %d is %d bytes, not smaller than the full %d", tc.form, msgSize(m), msgSize(full))
 			}
 		})
 	}
-	if full.Header.Get(HeaderPayloadOmitted) != "" || len(full.Data) != 1000 {
+	if full.Header.Get(deadletter.HeaderPayloadOmitted) != "" || len(full.Data) != 1000 {
 		t.Error("shrinkDeadLetter changed the full dead letter")
 	}
 }
@@ -479,8 +480,8 @@ func plantDeadLetterID(t testing.TB, js jetstream.JetStream, id, subject string)
 	h := nats.Header{}
 	h.Set(jetstream.MsgIDHeader, id)
 	h.Set(producer.HeaderEventID, "fall-7")
-	h.Set(HeaderRoute, "r")
-	h.Set(HeaderReason, ReasonRejected)
+	h.Set(deadletter.HeaderRoute, "r")
+	h.Set(deadletter.HeaderReason, string(deadletter.ReasonRejected))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: "dlq.r." + subject, Header: h, Data: attackerPayload})
@@ -534,8 +535,8 @@ func TestPlantedDeadLetterIDIsNotTrusted(t *testing.T) {
 		wantID := DeadLetterRestoreID(DeadLetterMsgID("r", "EVENTS", 1), planted, dl[0].Time, fallPayload)
 		for k, want := range map[string]string{
 			jetstream.MsgIDHeader: wantID, producer.HeaderEventID: "fall-7", "X-Ward": "w-3",
-			HeaderReason: ReasonRejected, HeaderStatus: "400", HeaderRoute: "r",
-			HeaderOriginalStream: "EVENTS", HeaderOriginalSequence: "1", HeaderOriginalSubject: fallSubject,
+			deadletter.HeaderReason: string(deadletter.ReasonRejected), deadletter.HeaderStatus: "400", deadletter.HeaderRoute: "r",
+			deadletter.HeaderOriginalStream: "EVENTS", deadletter.HeaderOriginalSequence: "1", deadletter.HeaderOriginalSubject: fallSubject,
 		} {
 			if got := real.Header.Get(k); got != want {
 				errs = append(errs, fmt.Errorf("real dead letter %s = %q, want %q", k, got, want))
@@ -578,11 +579,11 @@ func deadLetterTwice(t testing.TB, h *harness) ([2]uint64, error) {
 	ev := &event{ID: "fall-7", Subject: fallSubject, Stream: "EVENTS", Seq: 1, Delivered: 1}
 	var seqs [2]uint64
 	var err error
-	if seqs[0], err = h.b.routes[0].deadLetter(ctx, hdr, fallPayload, ev, ReasonRejected, ErrGivenUp); err != nil {
+	if seqs[0], err = h.b.routes[0].deadLetter(ctx, hdr, fallPayload, ev, deadletter.ReasonRejected, ErrGivenUp); err != nil {
 		return seqs, err
 	}
 	ev.Delivered = 5
-	seqs[1], err = h.b.routes[0].deadLetter(ctx, hdr, fallPayload, ev, ReasonMaxDeliveries, ErrGivenUp)
+	seqs[1], err = h.b.routes[0].deadLetter(ctx, hdr, fallPayload, ev, deadletter.ReasonMaxDeliveries, ErrGivenUp)
 	return seqs, err
 }
 
@@ -652,8 +653,8 @@ func TestDeadLetterDuplicateReadBack(t *testing.T) {
 func TestDeadLetterMismatch(t *testing.T) {
 	sent := &nats.Msg{Subject: "dlq.r." + fallSubject, Data: fallPayload, Header: nats.Header{
 		jetstream.MsgIDHeader: {"dlq:r:EVENTS:1"}, producer.HeaderEventID: {"fall-7"}, "X-Ward": {"w-3"}, "X-Multi": {"a", "b"},
-		HeaderRoute: {"r"}, HeaderReason: {ReasonRejected}, HeaderOriginalStream: {"EVENTS"}, HeaderOriginalSequence: {"1"},
-		HeaderOriginalSubject: {fallSubject}, HeaderFailedAt: {"2026-03-01T10:00:00Z"}, jetstream.ExpectedStreamHeader: {"EVENTS_DLQ"},
+		deadletter.HeaderRoute: {"r"}, deadletter.HeaderReason: {string(deadletter.ReasonRejected)}, deadletter.HeaderOriginalStream: {"EVENTS"}, deadletter.HeaderOriginalSequence: {"1"},
+		deadletter.HeaderOriginalSubject: {fallSubject}, deadletter.HeaderFailedAt: {"2026-03-01T10:00:00Z"}, jetstream.ExpectedStreamHeader: {"EVENTS_DLQ"},
 	}}
 	stored := func() *jetstream.RawStreamMsg {
 		h := nats.Header{}
@@ -671,26 +672,26 @@ func TestDeadLetterMismatch(t *testing.T) {
 		want   string
 	}{
 		"another reason, time, count": {func(m *jetstream.RawStreamMsg) {
-			m.Header.Set(HeaderReason, ReasonMaxDeliveries)
-			m.Header.Set(HeaderFailedAt, "2026-03-01T11:00:00Z")
-			m.Header.Set(HeaderDeliveries, "5")
+			m.Header.Set(deadletter.HeaderReason, string(deadletter.ReasonMaxDeliveries))
+			m.Header.Set(deadletter.HeaderFailedAt, "2026-03-01T11:00:00Z")
+			m.Header.Set(deadletter.HeaderDeliveries, "5")
 		}, ""},
 		"subject":                    {func(m *jetstream.RawStreamMsg) { m.Subject = "dlq.r.events.x" }, "subject"},
-		"route":                      {func(m *jetstream.RawStreamMsg) { m.Header.Set(HeaderRoute, "r2") }, HeaderRoute},
-		"source stream":              {func(m *jetstream.RawStreamMsg) { m.Header.Del(HeaderOriginalStream) }, HeaderOriginalStream},
-		"source sequence":            {func(m *jetstream.RawStreamMsg) { m.Header.Set(HeaderOriginalSequence, "2") }, HeaderOriginalSequence},
-		"source subject":             {func(m *jetstream.RawStreamMsg) { m.Header.Set(HeaderOriginalSubject, "events.x") }, HeaderOriginalSubject},
+		"route":                      {func(m *jetstream.RawStreamMsg) { m.Header.Set(deadletter.HeaderRoute, "r2") }, deadletter.HeaderRoute},
+		"source stream":              {func(m *jetstream.RawStreamMsg) { m.Header.Del(deadletter.HeaderOriginalStream) }, deadletter.HeaderOriginalStream},
+		"source sequence":            {func(m *jetstream.RawStreamMsg) { m.Header.Set(deadletter.HeaderOriginalSequence, "2") }, deadletter.HeaderOriginalSequence},
+		"source subject":             {func(m *jetstream.RawStreamMsg) { m.Header.Set(deadletter.HeaderOriginalSubject, "events.x") }, deadletter.HeaderOriginalSubject},
 		"event id":                   {func(m *jetstream.RawStreamMsg) { m.Header.Set(producer.HeaderEventID, "fall-8") }, producer.HeaderEventID},
 		"an original header changed": {func(m *jetstream.RawStreamMsg) { m.Header.Set("X-Ward", "w-4") }, "original headers"},
 		"an original value dropped":  {func(m *jetstream.RawStreamMsg) { m.Header.Set("X-Multi", "a") }, "original headers"},
 		"an original header added":   {func(m *jetstream.RawStreamMsg) { m.Header.Set("X-Extra", "x") }, "original headers"},
 		"an original header missing": {func(m *jetstream.RawStreamMsg) { m.Header.Del("X-Ward") }, "original headers"},
 		"payload":                    {func(m *jetstream.RawStreamMsg) { m.Data = attackerPayload }, "payload"},
-		"payload omitted":            {func(m *jetstream.RawStreamMsg) { m.Data = nil; m.Header.Set(HeaderPayloadOmitted, "32") }, HeaderPayloadOmitted + ", payload"},
+		"payload omitted":            {func(m *jetstream.RawStreamMsg) { m.Data = nil; m.Header.Set(deadletter.HeaderPayloadOmitted, "32") }, deadletter.HeaderPayloadOmitted + ", payload"},
 		"planted": {func(m *jetstream.RawStreamMsg) {
-			m.Header = nats.Header{jetstream.MsgIDHeader: {"dlq:r:EVENTS:1"}, producer.HeaderEventID: {"fall-7"}, HeaderRoute: {"r"}}
+			m.Header = nats.Header{jetstream.MsgIDHeader: {"dlq:r:EVENTS:1"}, producer.HeaderEventID: {"fall-7"}, deadletter.HeaderRoute: {"r"}}
 			m.Data = attackerPayload
-		}, strings.Join([]string{HeaderOriginalStream, HeaderOriginalSequence, HeaderOriginalSubject, "original headers", "payload"}, ", ")},
+		}, strings.Join([]string{deadletter.HeaderOriginalStream, deadletter.HeaderOriginalSequence, deadletter.HeaderOriginalSubject, "original headers", "payload"}, ", ")},
 	} {
 		m := stored()
 		tc.change(m)
@@ -703,7 +704,7 @@ func TestDeadLetterMismatch(t *testing.T) {
 	if got := deadLetterMismatch(m, omitted); got != "" {
 		t.Errorf("the payload-omitted form itself: %q", got)
 	}
-	if got := deadLetterMismatch(m, sent); got != HeaderPayloadOmitted+", payload" {
+	if got := deadLetterMismatch(m, sent); got != deadletter.HeaderPayloadOmitted+", payload" {
 		t.Errorf("the payload-omitted form against the full one: %q", got)
 	}
 }

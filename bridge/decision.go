@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sotercare/jetbridge/config"
+	"github.com/sotercare/jetbridge/deadletter"
 )
 
 // Action is what happens to a JetStream message after an attempt.
@@ -37,16 +38,6 @@ func (a Action) String() string {
 	}
 	return "unknown"
 }
-
-// Dead-letter reasons, as written in the Bridge-Reason header.
-const (
-	ReasonRejected      = "rejected"
-	ReasonMaxDeliveries = "max-deliveries"
-	ReasonInvalidEvent  = "invalid-event"
-	// ReasonEventIDConflict: the event id was already reserved or delivered
-	// on the route for another subject or payload (EventIDConflictError).
-	ReasonEventIDConflict = "event-id-conflict"
-)
 
 // interruptedDelay is the redelivery delay of an attempt cut off by
 // shutdown: prompt, but never a bare nak.
@@ -88,8 +79,8 @@ func (p SettlePolicy) backoff(delivered uint64) time.Duration {
 // Decision is what Decide says to do with one message.
 type Decision struct {
 	Action Action
-	Delay  time.Duration // Redeliver and Hold
-	Reason string        // DeadLetter only: one of the Reason* constants
+	Delay  time.Duration     // Redeliver and Hold
+	Reason deadletter.Reason // DeadLetter only
 }
 
 // Decide maps the failure of an attempt (nil for a 2xx) and the JetStream
@@ -117,19 +108,19 @@ func Decide(err error, delivered uint64, p SettlePolicy) Decision {
 		return redeliverAfter(p.backoff(delivered))
 	case errors.As(err, &eic):
 		// Never acked as a duplicate: another event holds the id.
-		return Decision{Action: DeadLetter, Reason: ReasonEventIDConflict}
+		return Decision{Action: DeadLetter, Reason: deadletter.ReasonEventIDConflict}
 	case errors.Is(err, ErrInterrupted):
 		// Shutdown cut the attempt (or a hold) short: hand it back promptly.
 		return redeliverAfter(interruptedDelay)
 	case errors.As(err, &ce):
 		return Decision{Action: Hold, Delay: interruptedDelay}
 	case errors.Is(err, ErrDeliveriesExhausted):
-		return Decision{Action: DeadLetter, Reason: ReasonMaxDeliveries}
+		return Decision{Action: DeadLetter, Reason: deadletter.ReasonMaxDeliveries}
 	case errors.As(err, &ie):
-		return Decision{Action: DeadLetter, Reason: ReasonInvalidEvent}
+		return Decision{Action: DeadLetter, Reason: deadletter.ReasonInvalidEvent}
 	case errors.As(err, &de):
 		if !slices.Contains(p.RedeliverStatuses, de.Status) {
-			return Decision{Action: DeadLetter, Reason: ReasonRejected}
+			return Decision{Action: DeadLetter, Reason: deadletter.ReasonRejected}
 		}
 		return redeliver(delivered, p, min(de.RetryAfter, p.MaxRetryAfter))
 	case errors.As(err, &te):
@@ -142,7 +133,7 @@ func Decide(err error, delivered uint64, p SettlePolicy) Decision {
 
 func redeliver(delivered uint64, p SettlePolicy, retryAfter time.Duration) Decision {
 	if delivered >= uint64(p.MaxDeliver) {
-		return Decision{Action: DeadLetter, Reason: ReasonMaxDeliveries}
+		return Decision{Action: DeadLetter, Reason: deadletter.ReasonMaxDeliveries}
 	}
 	return redeliverAfter(max(p.backoff(delivered), retryAfter))
 }

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/sotercare/jetbridge/deadletter"
 )
 
 var testPolicy = SettlePolicy{
@@ -36,32 +38,32 @@ func decisionMismatches(decide decideFunc) []string {
 		{"duplicate", wrap(&DuplicateEventError{EventID: "e"}), 1, Decision{Action: Ack}},
 		{"transport first", wrap(&TransportError{Kind: "timeout"}), 1, Decision{Action: Redeliver, Delay: time.Second}},
 		{"transport second", wrap(&TransportError{Kind: "timeout"}), 2, Decision{Action: Redeliver, Delay: 5 * time.Second}},
-		{"transport last", wrap(&TransportError{Kind: "timeout"}), 3, Decision{Action: DeadLetter, Reason: ReasonMaxDeliveries}},
+		{"transport last", wrap(&TransportError{Kind: "timeout"}), 3, Decision{Action: DeadLetter, Reason: deadletter.ReasonMaxDeliveries}},
 		{"circuit open", wrap(&CircuitOpenError{}), 3, Decision{Action: Hold, Delay: interruptedDelay}},
 		{"failed probe", wrap(&CircuitOpenError{Err: &DownstreamError{Status: 400}}), 1, Decision{Action: Hold, Delay: interruptedDelay}},
-		{"invalid", wrap(&InvalidEventError{Reason: "x"}), 1, Decision{Action: DeadLetter, Reason: ReasonInvalidEvent}},
-		{"event-id conflict, subject", wrap(&EventIDConflictError{Part: ConflictSubject, State: stateDone, Stream: "EVENTS", Seq: 1}), 1, Decision{Action: DeadLetter, Reason: ReasonEventIDConflict}},
-		{"event-id conflict, in flight, last delivery", wrap(&EventIDConflictError{Part: ConflictPayload, State: stateInFlight}), 3, Decision{Action: DeadLetter, Reason: ReasonEventIDConflict}},
-		{"exhausted", wrap(ErrDeliveriesExhausted), 4, Decision{Action: DeadLetter, Reason: ReasonMaxDeliveries}},
+		{"invalid", wrap(&InvalidEventError{Reason: "x"}), 1, Decision{Action: DeadLetter, Reason: deadletter.ReasonInvalidEvent}},
+		{"event-id conflict, subject", wrap(&EventIDConflictError{Part: ConflictSubject, State: stateDone, Stream: "EVENTS", Seq: 1}), 1, Decision{Action: DeadLetter, Reason: deadletter.ReasonEventIDConflict}},
+		{"event-id conflict, in flight, last delivery", wrap(&EventIDConflictError{Part: ConflictPayload, State: stateInFlight}), 3, Decision{Action: DeadLetter, Reason: deadletter.ReasonEventIDConflict}},
+		{"exhausted", wrap(ErrDeliveriesExhausted), 4, Decision{Action: DeadLetter, Reason: deadletter.ReasonMaxDeliveries}},
 		{"interrupted", wrap(ErrInterrupted), 3, Decision{Action: Redeliver, Delay: interruptedDelay}},
 		{"hold interrupted by shutdown", wrap(fmt.Errorf("%w: %w", ErrInterrupted, &CircuitOpenError{})), 1, Decision{Action: Redeliver, Delay: interruptedDelay}},
 		{"retry-after longer than backoff", wrap(&DownstreamError{Status: 503, RetryAfter: 30 * time.Second}), 1, Decision{Action: Redeliver, Delay: 30 * time.Second}},
 		{"retry-after shorter than backoff", wrap(&DownstreamError{Status: 429, RetryAfter: time.Millisecond}), 2, Decision{Action: Redeliver, Delay: 5 * time.Second}},
 		{"retry-after capped", wrap(&DownstreamError{Status: 503, RetryAfter: 24 * time.Hour}), 1, Decision{Action: Redeliver, Delay: time.Minute}},
-		{"retry-after on the last delivery", wrap(&DownstreamError{Status: 503, RetryAfter: time.Second}), 3, Decision{Action: DeadLetter, Reason: ReasonMaxDeliveries}},
+		{"retry-after on the last delivery", wrap(&DownstreamError{Status: 503, RetryAfter: time.Second}), 3, Decision{Action: DeadLetter, Reason: deadletter.ReasonMaxDeliveries}},
 		// The unusual cases.
 		{"untouched as the route stops", ErrInterrupted, 1, Decision{Action: Redeliver, Delay: interruptedDelay}},
 		{"no JetStream metadata", fmt.Errorf("%w: %w", ErrNoMetadata, errors.New("x")), 0, Decision{Action: Redeliver, Delay: time.Second}},
 		{"unexpected error", errors.New("x"), 2, Decision{Action: Redeliver, Delay: 5 * time.Second}},
-		{"rejected, dead letter not stored", &DeadLetterError{Reason: ReasonRejected, Failure: wrap(&DownstreamError{Status: 400}), Err: errors.New("x")}, 1,
+		{"rejected, dead letter not stored", &DeadLetterError{Reason: deadletter.ReasonRejected, Failure: wrap(&DownstreamError{Status: 400}), Err: errors.New("x")}, 1,
 			Decision{Action: Redeliver, Delay: time.Second}},
-		{"last delivery, dead letter not stored", &DeadLetterError{Reason: ReasonMaxDeliveries, Failure: wrap(&TransportError{}), Err: ErrDeadLetterRefused}, 3,
+		{"last delivery, dead letter not stored", &DeadLetterError{Reason: deadletter.ReasonMaxDeliveries, Failure: wrap(&TransportError{}), Err: ErrDeadLetterRefused}, 3,
 			Decision{Action: Redeliver, Delay: 5 * time.Second}},
-		{"exhausted, dead letter not stored", &DeadLetterError{Reason: ReasonMaxDeliveries, Failure: ErrDeliveriesExhausted, Err: errors.New("x")}, 4,
+		{"exhausted, dead letter not stored", &DeadLetterError{Reason: deadletter.ReasonMaxDeliveries, Failure: ErrDeliveriesExhausted, Err: errors.New("x")}, 4,
 			Decision{Action: Redeliver, Delay: 5 * time.Second}},
-		{"invalid, dead letter not stored", &DeadLetterError{Reason: ReasonInvalidEvent, Failure: &InvalidEventError{}, Err: errors.New("x")}, 1,
+		{"invalid, dead letter not stored", &DeadLetterError{Reason: deadletter.ReasonInvalidEvent, Failure: &InvalidEventError{}, Err: errors.New("x")}, 1,
 			Decision{Action: Redeliver, Delay: time.Second}},
-		{"event-id conflict, dead letter not stored", &DeadLetterError{Reason: ReasonEventIDConflict, Failure: wrap(&EventIDConflictError{Part: ConflictSubject}), Err: errors.New("x")}, 1,
+		{"event-id conflict, dead letter not stored", &DeadLetterError{Reason: deadletter.ReasonEventIDConflict, Failure: wrap(&EventIDConflictError{Part: ConflictSubject}), Err: errors.New("x")}, 1,
 			Decision{Action: Redeliver, Delay: time.Second}},
 	}
 	// Every status code net/http knows, on first and last delivery.
@@ -70,11 +72,11 @@ func decisionMismatches(decide decideFunc) []string {
 			continue
 		}
 		for _, delivered := range []uint64{1, 3} {
-			want := Decision{Action: DeadLetter, Reason: ReasonRejected}
+			want := Decision{Action: DeadLetter, Reason: deadletter.ReasonRejected}
 			if slices.Contains(testPolicy.RedeliverStatuses, status) {
 				want = Decision{Action: Redeliver, Delay: testPolicy.backoff(delivered)}
 				if delivered >= uint64(testPolicy.MaxDeliver) {
-					want = Decision{Action: DeadLetter, Reason: ReasonMaxDeliveries}
+					want = Decision{Action: DeadLetter, Reason: deadletter.ReasonMaxDeliveries}
 				}
 			}
 			rows = append(rows, row{fmt.Sprintf("status %d delivery %d", status, delivered),
@@ -160,19 +162,19 @@ func TestErrorsMatchThroughWrapping(t *testing.T) {
 	if !errors.As(err, &parent) || parent.Route != "r" {
 		t.Fatalf("errors.As DeliveryError failed")
 	}
-	if got := FailureKind(err); got != FailureDownstream {
+	if got := FailureKind(err); got != deadletter.FailureDownstream {
 		t.Errorf("FailureKind = %q", got)
 	}
 	probe := &DeliveryError{Err: &CircuitOpenError{Destination: "d", Err: &TransportError{Kind: "timeout"}}}
-	if got := FailureKind(probe); got != FailureCircuitOpen {
+	if got := FailureKind(probe); got != deadletter.FailureCircuitOpen {
 		t.Errorf("FailureKind(failed probe) = %q", got)
 	}
 	var te *TransportError
 	if !errors.As(probe, &te) {
 		t.Error("the probe's transport failure is not reachable")
 	}
-	if FailureKind(&DeliveryError{Err: &InvalidEventError{}}) != FailureInvalid ||
-		FailureKind(&DeliveryError{Err: &TransportError{}}) != FailureTransport || FailureKind(nil) != "" {
+	if FailureKind(&DeliveryError{Err: &InvalidEventError{}}) != deadletter.FailureInvalid ||
+		FailureKind(&DeliveryError{Err: &TransportError{}}) != deadletter.FailureTransport || FailureKind(nil) != "" {
 		t.Error("FailureKind mismatch")
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"github.com/sotercare/jetbridge/deadletter"
 )
 
 // handle processes one message from receipt to settlement:
@@ -268,7 +269,7 @@ func (r *route) reserve(stop context.Context, ev *event) (*lease, error) {
 			r.b.m.idempotencyErrors.WithLabelValues(r.cfg.Name).Inc()
 			r.b.storeHealth.failed(se)
 			if failures == 1 {
-				msgLog(r.log.Warn(), ev).Str("failure", FailureIdempotencyStore).Str("error", se.Error()).
+				msgLog(r.log.Warn(), ev).Str("failure", string(deadletter.FailureIdempotencyStore)).Str("error", se.Error()).
 					Msg("idempotency reservation failed: the message is held (no delivery spent) and the reservation tried again until the bucket answers")
 			}
 			pause = retryPause(failures)
@@ -288,7 +289,7 @@ func (r *route) reserve(stop context.Context, ev *event) (*lease, error) {
 // logs its own line.
 func (r *route) conflict(ev *event, c *EventIDConflictError) {
 	r.b.m.idempotencyConflicts.WithLabelValues(r.cfg.Name, c.Part).Inc()
-	msgLog(r.log.Warn(), ev).Str("failure", FailureEventIDConflict).Str("differs", c.Part).
+	msgLog(r.log.Warn(), ev).Str("failure", string(deadletter.FailureEventIDConflict)).Str("differs", c.Part).
 		Str("record_state", c.State).Str("record_stream", c.Stream).Uint64("record_stream_seq", c.Seq).
 		Msg("event id conflict: the event id is already reserved or delivered on this route for another " + c.Part + "; nothing is sent and the message is dead-lettered")
 }

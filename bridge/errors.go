@@ -5,22 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
-)
 
-// Failure kinds, as written in the Bridge-Failure header of a dead letter
-// and used as the failure label of logs.
-const (
-	FailureTransport   = "transport"
-	FailureDownstream  = "downstream-status"
-	FailureCircuitOpen = "circuit-open"
-	FailureInvalid     = "invalid-event"
-	// FailureIdempotencyStore: the idempotency bucket could not be read or
-	// written; the message is held (not spent) until it can.
-	FailureIdempotencyStore = "idempotency-store"
-	// FailureEventIDConflict: the event id was already reserved or
-	// delivered on the route for another subject or payload; nothing is
-	// sent and the message is dead-lettered.
-	FailureEventIDConflict = "event-id-conflict"
+	"github.com/sotercare/jetbridge/deadletter"
 )
 
 // What differs in an event-id conflict (EventIDConflictError.Part).
@@ -73,13 +59,13 @@ var (
 // terminated. It wraps both the failure that called for the dead letter
 // and the error of the store.
 type DeadLetterError struct {
-	Reason  string // the dead letter's Bridge-Reason
-	Failure error  // what made the message a dead letter
-	Err     error  // why the dead letter was not stored
+	Reason  deadletter.Reason // the dead letter's Bridge-Reason
+	Failure error             // what made the message a dead letter
+	Err     error             // why the dead letter was not stored
 }
 
 func (e *DeadLetterError) Error() string {
-	return "bridge: dead letter (" + e.Reason + ") not stored: " + e.Err.Error()
+	return "bridge: dead letter (" + string(e.Reason) + ") not stored: " + e.Err.Error()
 }
 
 func (e *DeadLetterError) Unwrap() []error {
@@ -214,7 +200,7 @@ func (e *IdempotencyStoreError) Unwrap() error { return e.Err }
 
 // FailureKind classifies err into one of the Failure* constants, or "" when
 // err is nil or not a delivery failure.
-func FailureKind(err error) string {
+func FailureKind(err error) deadletter.Failure {
 	var (
 		te *TransportError
 		de *DownstreamError
@@ -227,17 +213,17 @@ func FailureKind(err error) string {
 	case err == nil:
 		return ""
 	case errors.As(err, &ee):
-		return FailureEventIDConflict
+		return deadletter.FailureEventIDConflict
 	case errors.As(err, &se):
-		return FailureIdempotencyStore
+		return deadletter.FailureIdempotencyStore
 	case errors.As(err, &ce):
-		return FailureCircuitOpen
+		return deadletter.FailureCircuitOpen
 	case errors.As(err, &ie):
-		return FailureInvalid
+		return deadletter.FailureInvalid
 	case errors.As(err, &de):
-		return FailureDownstream
+		return deadletter.FailureDownstream
 	case errors.As(err, &te):
-		return FailureTransport
+		return deadletter.FailureTransport
 	}
 	return ""
 }

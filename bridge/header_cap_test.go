@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 
+	"github.com/sotercare/jetbridge/deadletter"
 	"github.com/sotercare/jetbridge/subjects"
 )
 
@@ -160,14 +161,14 @@ destinations:
 	if out[0].Outcome != OutcomeRedeliveryScheduled || !errors.As(out[0].Err, &te) || te.Kind != kindHeadersTooLarge {
 		t.Fatalf("first delivery: %s (%v), want redelivery_scheduled after %q", out[0].Outcome, out[0].Err, kindHeadersTooLarge)
 	}
-	if out[1].Outcome != OutcomeDeadLettered || out[1].Reason != ReasonMaxDeliveries {
+	if out[1].Outcome != OutcomeDeadLettered || out[1].Reason != deadletter.ReasonMaxDeliveries {
 		t.Fatalf("second delivery: %s/%s, want dead_lettered/max-deliveries", out[1].Outcome, out[1].Reason)
 	}
 	if n := handled.Load(); n != 2 {
 		t.Fatalf("the destination handled %d requests, want 2", n)
 	}
 	dl := h.deadLetters()
-	if len(dl) != 1 || dl[0].Header.Get(HeaderFailure) != FailureTransport || dl[0].Header.Get(HeaderStatus) != "" {
+	if len(dl) != 1 || dl[0].Header.Get(deadletter.HeaderFailure) != string(deadletter.FailureTransport) || dl[0].Header.Get(deadletter.HeaderStatus) != "" {
 		t.Fatalf("dead letters: %d, want 1 with failure transport and no status", len(dl))
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sotercare/jetbridge/deadletter"
 	"github.com/sotercare/jetbridge/internal/sinktest"
 )
 
@@ -80,8 +81,8 @@ func runConflict(t testing.TB, c conflictCase, f faults) error {
 		}
 		return nil
 	}
-	if out[1].Outcome != OutcomeDeadLettered || out[1].Reason != ReasonEventIDConflict {
-		return fmt.Errorf("second event: %s %s, want dead_lettered %s", out[1].Outcome, out[1].Reason, ReasonEventIDConflict)
+	if out[1].Outcome != OutcomeDeadLettered || out[1].Reason != deadletter.ReasonEventIDConflict {
+		return fmt.Errorf("second event: %s %s, want dead_lettered %s", out[1].Outcome, out[1].Reason, deadletter.ReasonEventIDConflict)
 	}
 	var conflict *EventIDConflictError
 	if !errors.As(out[1].Err, &conflict) || conflict.Part != c.part || conflict.Seq != seq1 || conflict.State != stateDone {
@@ -91,11 +92,11 @@ func runConflict(t testing.TB, c conflictCase, f faults) error {
 		return fmt.Errorf("%d dead letters, want 1", len(dls))
 	}
 	dl := dls[0].Header
-	if dl.Get(HeaderReason) != ReasonEventIDConflict || dl.Get(HeaderFailure) != FailureEventIDConflict ||
+	if dl.Get(deadletter.HeaderReason) != string(deadletter.ReasonEventIDConflict) || dl.Get(deadletter.HeaderFailure) != string(deadletter.FailureEventIDConflict) ||
 		dl.Get("Bridge-Original-Subject") != c.subject2 || dl.Get("Bridge-Original-Sequence") != fmt.Sprint(seq2) ||
-		dl.Get(HeaderError) != fmt.Sprintf("event id already delivered for another %s (EVENTS seq %d)", c.part, seq1) ||
+		dl.Get(deadletter.HeaderError) != fmt.Sprintf("event id already delivered for another %s (EVENTS seq %d)", c.part, seq1) ||
 		string(dls[0].Data) != c.payload2 {
-		return fmt.Errorf("dead letter headers %v, want reason and failure %s, the second event's subject and seq, an error naming the %s and seq %d", dl, ReasonEventIDConflict, c.part, seq1)
+		return fmt.Errorf("dead letter headers %v, want reason and failure %s, the second event's subject and seq, an error naming the %s and seq %d", dl, deadletter.ReasonEventIDConflict, c.part, seq1)
 	}
 	if n := logLines(logs, `"level":"warn"`, `"message":"event id conflict`, `"route":"r"`, `"differs":"`+c.part+`"`,
 		fmt.Sprintf(`"stream_seq":%d`, seq2), fmt.Sprintf(`"record_stream_seq":%d`, seq1), `"record_state":"done"`); n != 1 {
@@ -195,7 +196,7 @@ func TestEventIDConflictWithAnInFlightReservation(t *testing.T) {
 	seq2 := h.publishEvent("events.critical.care.caregiver.fall", "fall-0001", `{"room":2}`)
 	out := h.waitOutcomes(1, settleWait, nil)
 	var conflict *EventIDConflictError
-	if len(out) != 1 || out[0].Seq != seq2 || out[0].Reason != ReasonEventIDConflict || !errors.As(out[0].Err, &conflict) ||
+	if len(out) != 1 || out[0].Seq != seq2 || out[0].Reason != deadletter.ReasonEventIDConflict || !errors.As(out[0].Err, &conflict) ||
 		conflict.State != stateInFlight || conflict.Seq != seq1 || conflict.Part != ConflictPayload {
 		t.Fatalf("outcomes %+v, want the second event (seq %d) dead-lettered event-id-conflict on the payload, naming seq %d in flight, while the first hangs", out, seq2, seq1)
 	}

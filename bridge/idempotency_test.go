@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/sotercare/jetbridge/deadletter"
 	"github.com/sotercare/jetbridge/internal/natstest"
 	"github.com/sotercare/jetbridge/internal/sinktest"
 )
@@ -453,7 +454,7 @@ func TestDeliveredEventPastMaxDeliverIsADuplicate(t *testing.T) {
 		if n := sink.Count(); n != 1 {
 			t.Fatalf("destination received %d requests, want exactly 1", n)
 		}
-		if out := h2.outcomes(); len(out) != 1 || out[0].Outcome != OutcomeDeadLettered || out[0].Reason != ReasonMaxDeliveries {
+		if out := h2.outcomes(); len(out) != 1 || out[0].Outcome != OutcomeDeadLettered || out[0].Reason != deadletter.ReasonMaxDeliveries {
 			t.Fatalf("redelivery outcome %+v, want dead_lettered max-deliveries", out)
 		}
 	})

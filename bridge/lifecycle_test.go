@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sotercare/jetbridge/deadletter"
 	"github.com/sotercare/jetbridge/internal/natstest"
 	"github.com/sotercare/jetbridge/internal/sinktest"
 )
@@ -93,14 +94,14 @@ routes:
 		h := startBridgeOn(t, srv, cfg, f)
 		out := h.waitOutcomes(1, settleWait, nil)
 		h.quiet("r")
-		if len(out) != 1 || out[0].Outcome != OutcomeDeadLettered || out[0].Reason != ReasonMaxDeliveries || out[0].Delivered != 3 {
+		if len(out) != 1 || out[0].Outcome != OutcomeDeadLettered || out[0].Reason != deadletter.ReasonMaxDeliveries || out[0].Delivered != 3 {
 			return fmt.Errorf("outcomes %+v, want one dead letter max-deliveries on delivery 3", out)
 		}
 		if n := sink.Count(); n != 0 {
 			return fmt.Errorf("destination received %d requests, want 0", n)
 		}
 		dl := h.deadLetters()
-		if len(dl) != 1 || dl[0].Header.Get(HeaderDeliveries) != "3" || dl[0].Header.Get(HeaderFailure) != "" {
+		if len(dl) != 1 || dl[0].Header.Get(deadletter.HeaderDeliveries) != "3" || dl[0].Header.Get(deadletter.HeaderFailure) != "" {
 			return fmt.Errorf("%d dead letters, want one with Bridge-Deliveries 3 and no Bridge-Failure", len(dl))
 		}
 		return nil

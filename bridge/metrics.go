@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sotercare/jetbridge/config"
+	"github.com/sotercare/jetbridge/deadletter"
 )
 
 // HTTP request classes of bridge_http_requests_total.
@@ -185,8 +186,8 @@ func newMetrics(reg prometheus.Registerer, cfg *config.Config) (*metrics, error)
 			children[o] = m.messages.WithLabelValues(r.Name, o)
 		}
 		m.settledChildren[r.Name] = children
-		for _, reason := range []string{ReasonRejected, ReasonMaxDeliveries, ReasonInvalidEvent, ReasonEventIDConflict} {
-			m.deadLetters.WithLabelValues(r.Name, reason)
+		for _, reason := range deadletter.Reasons {
+			m.deadLetters.WithLabelValues(r.Name, string(reason))
 		}
 		for _, part := range []string{ConflictSubject, ConflictPayload} {
 			m.idempotencyConflicts.WithLabelValues(r.Name, part)
@@ -246,7 +247,7 @@ func (m *metrics) observeSettled(s Settled) {
 		m.messages.WithLabelValues(s.Route, s.Outcome).Inc()
 	}
 	if s.Outcome == OutcomeDeadLettered {
-		m.deadLetters.WithLabelValues(s.Route, s.Reason).Inc()
+		m.deadLetters.WithLabelValues(s.Route, string(s.Reason)).Inc()
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sotercare/jetbridge/deadletter"
 	"github.com/sotercare/jetbridge/internal/sinktest"
 	"github.com/sotercare/jetbridge/producer"
 )
@@ -48,11 +49,11 @@ destinations:
 		if !errors.As(out[0].Err, &de) || de.Status != 500 {
 			return fmt.Errorf("failure %v, want a DownstreamError with status 500", out[0].Err)
 		}
-		if out[0].Outcome != OutcomeDeadLettered || out[0].Reason != ReasonMaxDeliveries {
+		if out[0].Outcome != OutcomeDeadLettered || out[0].Reason != deadletter.ReasonMaxDeliveries {
 			return fmt.Errorf("outcome %s/%s, want dead_lettered/max-deliveries", out[0].Outcome, out[0].Reason)
 		}
 		dl := h.deadLetters()
-		if len(dl) != 1 || dl[0].Header.Get(HeaderReason) != ReasonMaxDeliveries || dl[0].Header.Get(HeaderStatus) != "500" {
+		if len(dl) != 1 || dl[0].Header.Get(deadletter.HeaderReason) != string(deadletter.ReasonMaxDeliveries) || dl[0].Header.Get(deadletter.HeaderStatus) != "500" {
 			return fmt.Errorf("dead letters %d, want 1 with reason max-deliveries and status 500", len(dl))
 		}
 		return nil
@@ -189,18 +190,18 @@ destinations:
 	for _, m := range dl {
 		id := m.Header.Get(producer.HeaderEventID)
 		want := map[string]string{
-			HeaderReason:           ReasonRejected,
-			HeaderFailure:          FailureDownstream,
-			HeaderStatus:           strconv.Itoa(statuses[id]),
-			HeaderRoute:            "r",
-			HeaderDestination:      "d",
-			HeaderDeliveries:       "1",
-			HeaderOriginalSubject:  "events.warning.order.failed",
-			HeaderOriginalStream:   "EVENTS",
-			HeaderOriginalSequence: strconv.FormatUint(seqs[id], 10),
-			"Nats-Msg-Id":          "dlq:r:EVENTS:" + strconv.FormatUint(seqs[id], 10),
-			"Event-Meta-Tenant":    "acme",
-			"X-Custom":             "kept",
+			deadletter.HeaderReason:           string(deadletter.ReasonRejected),
+			deadletter.HeaderFailure:          string(deadletter.FailureDownstream),
+			deadletter.HeaderStatus:           strconv.Itoa(statuses[id]),
+			deadletter.HeaderRoute:            "r",
+			deadletter.HeaderDestination:      "d",
+			deadletter.HeaderDeliveries:       "1",
+			deadletter.HeaderOriginalSubject:  "events.warning.order.failed",
+			deadletter.HeaderOriginalStream:   "EVENTS",
+			deadletter.HeaderOriginalSequence: strconv.FormatUint(seqs[id], 10),
+			"Nats-Msg-Id":                     "dlq:r:EVENTS:" + strconv.FormatUint(seqs[id], 10),
+			"Event-Meta-Tenant":               "acme",
+			"X-Custom":                        "kept",
 		}
 		for k, v := range want {
 			if got := m.Header.Get(k); got != v {
@@ -210,10 +211,10 @@ destinations:
 		if _, ok := statuses[id]; !ok {
 			t.Errorf("dead letter with unexpected Event-Id %q", id)
 		}
-		if e := m.Header.Get(HeaderError); e == "" || containsAny(e, sink.URL(), "127.0.0.1") {
+		if e := m.Header.Get(deadletter.HeaderError); e == "" || containsAny(e, sink.URL(), "127.0.0.1") {
 			t.Errorf("Bridge-Error %q: want a short description without the URL", e)
 		}
-		if _, err := time.Parse(time.RFC3339, m.Header.Get(HeaderFailedAt)); err != nil {
+		if _, err := time.Parse(time.RFC3339, m.Header.Get(deadletter.HeaderFailedAt)); err != nil {
 			t.Errorf("Bridge-Failed-At: %v", err)
 		}
 		if m.Subject != "dlq.r.events.warning.order.failed" {
@@ -304,7 +305,7 @@ destinations:
 			return fmt.Errorf("outcomes %+v, want 2 redeliveries then a dead letter", all)
 		}
 		dl := h.deadLetters()
-		if len(dl) != 1 || dl[0].Header.Get(HeaderReason) != ReasonMaxDeliveries || dl[0].Header.Get(HeaderDeliveries) != "3" {
+		if len(dl) != 1 || dl[0].Header.Get(deadletter.HeaderReason) != string(deadletter.ReasonMaxDeliveries) || dl[0].Header.Get(deadletter.HeaderDeliveries) != "3" {
 			return fmt.Errorf("%d dead letters, want exactly 1 (max-deliveries, 3 deliveries)", len(dl))
 		}
 		return nil
@@ -325,7 +326,7 @@ destinations:
 	h := startBridge(t, cfg, faults{})
 	h.publish("events.info.x", "bad", []byte("not json {"), nil)
 	out := h.waitOutcomes(1, settleWait, nil)
-	if len(out) != 1 || out[0].Outcome != OutcomeDeadLettered || out[0].Reason != ReasonInvalidEvent {
+	if len(out) != 1 || out[0].Outcome != OutcomeDeadLettered || out[0].Reason != deadletter.ReasonInvalidEvent {
 		t.Fatalf("outcomes %+v, want one dead letter invalid-event", out)
 	}
 	h.quiet("r")
@@ -333,7 +334,7 @@ destinations:
 		t.Fatalf("destination received %d requests, want 0", n)
 	}
 	dl := h.deadLetters()
-	if len(dl) != 1 || dl[0].Header.Get(HeaderFailure) != FailureInvalid || dl[0].Header.Get(HeaderStatus) != "" {
+	if len(dl) != 1 || dl[0].Header.Get(deadletter.HeaderFailure) != string(deadletter.FailureInvalid) || dl[0].Header.Get(deadletter.HeaderStatus) != "" {
 		t.Fatalf("dead letters %d, want one with failure invalid-event and no status", len(dl))
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sotercare/jetbridge/config"
+	"github.com/sotercare/jetbridge/deadletter"
 )
 
 // The max-deliveries safety net. When a message's server-side MaxDeliver
@@ -273,10 +274,10 @@ func (n *safetyNet) handle(m jetstream.Msg) {
 		n.failed(ctx, m, err, delivered, log)
 		return
 	}
-	log.Warn().Str("reason", ReasonMaxDeliveries).Msg("dead-lettered after JetStream gave up redelivering")
+	log.Warn().Str("reason", string(deadletter.ReasonMaxDeliveries)).Msg("dead-lettered after JetStream gave up redelivering")
 	_ = m.DoubleAck(ctx)
 	b.settled(Settled{Route: r.cfg.Name, Destination: r.dest.name, Stream: adv.Stream, Seq: adv.StreamSeq,
-		Delivered: adv.Deliveries, Outcome: OutcomeDeadLettered, Reason: ReasonMaxDeliveries, Err: ErrGivenUp})
+		Delivered: adv.Deliveries, Outcome: OutcomeDeadLettered, Reason: deadletter.ReasonMaxDeliveries, Err: ErrGivenUp})
 }
 
 // notOurs handles an advisory for a consumer this replica does not run: a
@@ -358,6 +359,6 @@ func (b *Bridge) deadLetterGivenUp(ctx context.Context, r *route, adv maxDeliver
 		Seq:       adv.StreamSeq,
 		Delivered: adv.Deliveries,
 	}
-	_, err = r.deadLetter(ctx, raw.Header, raw.Data, ev, ReasonMaxDeliveries, ErrGivenUp)
+	_, err = r.deadLetter(ctx, raw.Header, raw.Data, ev, deadletter.ReasonMaxDeliveries, ErrGivenUp)
 	return err
 }

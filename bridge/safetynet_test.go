@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sotercare/jetbridge/deadletter"
 	"github.com/sotercare/jetbridge/internal/natstest"
 	"github.com/sotercare/jetbridge/internal/sinktest"
 	"github.com/sotercare/jetbridge/producer"
@@ -37,13 +38,13 @@ func TestKilledDuringFinalDeliveryThenRestarted(t *testing.T) {
 	h := startBridgeOn(t, srv, testConfig(t, "%s", yaml), faults{})
 	out := h.waitOutcomes(1, settleWait, outcomeIs(OutcomeDeadLettered))
 	h.quiet("r")
-	if len(out) != 1 || out[0].Reason != ReasonMaxDeliveries || out[0].Delivered != 2 {
+	if len(out) != 1 || out[0].Reason != deadletter.ReasonMaxDeliveries || out[0].Delivered != 2 {
 		t.Fatalf("outcomes %+v, want one dead letter max-deliveries on delivery 2", h.outcomes())
 	}
 	if n := sink.Count(); n != 1 {
 		t.Fatalf("destination received %d requests, want only the hung one", n)
 	}
-	if dl := h.deadLetters(); len(dl) != 1 || dl[0].Header.Get(HeaderReason) != ReasonMaxDeliveries {
+	if dl := h.deadLetters(); len(dl) != 1 || dl[0].Header.Get(deadletter.HeaderReason) != string(deadletter.ReasonMaxDeliveries) {
 		t.Fatalf("%d dead letters, want exactly 1 with reason max-deliveries", len(dl))
 	}
 }
@@ -76,10 +77,10 @@ func TestMaxDeliveriesAdvisoryWhileNoBridgeRuns(t *testing.T) {
 		if len(dl) != 1 {
 			return fmt.Errorf("%d dead letters, want exactly 1", len(dl))
 		}
-		if got := dl[0].Header.Get(HeaderReason); got != ReasonMaxDeliveries {
+		if got := dl[0].Header.Get(deadletter.HeaderReason); got != string(deadletter.ReasonMaxDeliveries) {
 			return fmt.Errorf("reason %q, want max-deliveries", got)
 		}
-		if got := dl[0].Header.Get(HeaderDeliveries); got != "3" {
+		if got := dl[0].Header.Get(deadletter.HeaderDeliveries); got != "3" {
 			return fmt.Errorf("Bridge-Deliveries %q, want 3", got)
 		}
 		if string(dl[0].Data) != `{"n":1}` || dl[0].Header.Get(producer.HeaderEventID) != "e1" {

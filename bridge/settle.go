@@ -61,8 +61,8 @@ func (r *route) settle(m jetstream.Msg, ev *event, failure error, tries int, pro
 		msgLog(r.log.Debug(), ev).Int("tries", tries).Str("outcome", out.Outcome).Msg("settled")
 	case DeadLetter:
 		out.Outcome, out.Reason = OutcomeDeadLettered, d.Reason
-		err = m.TermWithReason("jetbridge: " + d.Reason)
-		e := msgLog(r.log.Warn(), ev).Str("event_id", ev.ID).Str("reason", d.Reason).Int("tries", tries)
+		err = m.TermWithReason("jetbridge: " + string(d.Reason))
+		e := msgLog(r.log.Warn(), ev).Str("event_id", ev.ID).Str("reason", string(d.Reason)).Int("tries", tries)
 		if dlq != 0 {
 			e = e.Uint64("dlq_seq", dlq)
 		}
@@ -72,7 +72,7 @@ func (r *route) settle(m jetstream.Msg, ev *event, failure error, tries int, pro
 		err = m.NakWithDelay(d.Delay)
 		var dle *DeadLetterError
 		if errors.As(failure, &dle) {
-			withFailure(msgLog(r.log.Error(), ev).Str("reason", dle.Reason), failure).Str("delay", d.Delay.String()).
+			withFailure(msgLog(r.log.Error(), ev).Str("reason", string(dle.Reason)), failure).Str("delay", d.Delay.String()).
 				Msg("dead letter not stored; message left for redelivery")
 		} else {
 			withFailure(msgLog(r.log.Info(), ev).Int("tries", tries), failure).Str("delay", d.Delay.String()).
@@ -132,7 +132,7 @@ func withFailure(e *zerolog.Event, failure error) *zerolog.Event {
 		return e
 	}
 	if kind := FailureKind(failure); kind != "" {
-		e = e.Str("failure", kind)
+		e = e.Str("failure", string(kind))
 	}
 	if st := statusOf(failure); st != 0 {
 		e = e.Int("status", st)

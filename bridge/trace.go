@@ -27,6 +27,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sotercare/jetbridge/config"
+	"github.com/sotercare/jetbridge/deadletter"
 	"github.com/sotercare/jetbridge/tracing"
 )
 
@@ -109,7 +110,7 @@ func (t *tracer) startDelivery(ctx context.Context, r *route, m jetstream.Msg, e
 	if t.eventID {
 		attrs = append(attrs, semconv.MessagingMessageID(ev.ID))
 	}
-	if v := tracing.Carrier(h).Get(HeaderReplayedFrom); v != "" {
+	if v := tracing.Carrier(h).Get(deadletter.HeaderReplayedFrom); v != "" {
 		if seq, err := strconv.ParseUint(v, 10, 64); err == nil {
 			attrs = append(attrs, attrReplayedFrom.Int64(int64(seq)))
 		}
@@ -154,8 +155,8 @@ func endDelivery(ev *event, out Settled, dlq uint64) {
 	case OutcomeDelivered, OutcomeDuplicateSkipped:
 		ea = append(ea, attrSettlement.String("ack"))
 	case OutcomeDeadLettered:
-		ea = append(ea, attrSettlement.String("dead_letter"), attrReason.String(out.Reason))
-		attrs = append(attrs, attrReason.String(out.Reason))
+		ea = append(ea, attrSettlement.String("dead_letter"), attrReason.String(string(out.Reason)))
+		attrs = append(attrs, attrReason.String(string(out.Reason)))
 		if dlq != 0 {
 			ea = append(ea, attrDLQSeq.Int64(int64(dlq)))
 		}
@@ -163,14 +164,14 @@ func endDelivery(ev *event, out Settled, dlq uint64) {
 		ea = append(ea, attrSettlement.String("redelivery"), attrDelay.Int64(out.Delay.Milliseconds()))
 	}
 	if kind := FailureKind(out.Err); kind != "" {
-		attrs = append(attrs, semconv.ErrorTypeKey.String(kind))
+		attrs = append(attrs, semconv.ErrorTypeKey.String(string(kind)))
 	}
 	sp.AddEvent(eventSettlement, trace.WithAttributes(ea...))
 	sp.SetAttributes(attrs...)
 	if out.Outcome == OutcomeRedeliveryScheduled || out.Outcome == OutcomeDeadLettered {
 		why := describe(out.Err) // never a URL, header value or body
 		if out.Outcome == OutcomeDeadLettered {
-			why = out.Reason + ": " + why
+			why = string(out.Reason) + ": " + why
 		}
 		sp.SetStatus(codes.Error, why)
 	}

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/embedded"
 
+	"github.com/sotercare/jetbridge/deadletter"
 	"github.com/sotercare/jetbridge/internal/natstest"
 	"github.com/sotercare/jetbridge/internal/sinktest"
 	"github.com/sotercare/jetbridge/producer"
@@ -255,12 +256,12 @@ func TestTraceDeadLetterAndReplay(t *testing.T) {
 		!strings.Contains(d.Status().Description, "400") {
 		t.Fatalf("dead-letter span status: %+v", d)
 	}
-	if attrOf(d, attrReason).AsString() != ReasonRejected || attrOf(d, "error.type").AsString() != "downstream-status" ||
+	if attrOf(d, attrReason).AsString() != string(deadletter.ReasonRejected) || attrOf(d, "error.type").AsString() != "downstream-status" ||
 		attrOf(d, "messaging.message.id").AsString() != "o-2" {
 		t.Fatalf("dead-letter span attributes: %v", d.Attributes())
 	}
 	ev := d.Events()[0]
-	if eventAttr(ev, attrSettlement).AsString() != "dead_letter" || eventAttr(ev, attrReason).AsString() != ReasonRejected ||
+	if eventAttr(ev, attrSettlement).AsString() != "dead_letter" || eventAttr(ev, attrReason).AsString() != string(deadletter.ReasonRejected) ||
 		eventAttr(ev, attrDLQSeq).AsInt64() != 1 {
 		t.Fatalf("settlement event: %+v", ev)
 	}
@@ -461,7 +462,7 @@ routes:
 // (in the case the producer used), so that its replay continues the trace.
 func TestMinimalDeadLetterKeepsTrace(t *testing.T) {
 	full := &nats.Msg{Subject: "dlq.r.events.x", Header: nats.Header{
-		"traceparent": {prodParent}, "Tracestate": {"v=1"}, "X-Other": {"dropped"}, HeaderReason: {"rejected"},
+		"traceparent": {prodParent}, "Tracestate": {"v=1"}, "X-Other": {"dropped"}, deadletter.HeaderReason: {"rejected"},
 	}, Data: []byte(`{}`)}
 	min := shrinkDeadLetter(full, dlMinimal)
 	if min.Header.Get("traceparent") != prodParent || min.Header.Get("Tracestate") != "v=1" || min.Header.Get("X-Other") != "" {

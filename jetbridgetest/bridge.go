@@ -216,7 +216,7 @@ func describeSettled(all []bridge.Settled) string {
 	return list(all, "settlements", func(s bridge.Settled) string {
 		line := fmt.Sprintf("route=%s seq=%d event=%q delivery=%d %s", s.Route, s.Seq, s.EventID, s.Delivered, s.Outcome)
 		if s.Reason != "" {
-			line += " reason=" + s.Reason
+			line += " reason=" + string(s.Reason)
 		}
 		if s.Err != nil {
 			line += fmt.Sprintf(" error=%q", s.Err.Error())

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sotercare/jetbridge/bridge"
+	"github.com/sotercare/jetbridge/deadletter"
 	"github.com/sotercare/jetbridge/internal/natstest"
 	"github.com/sotercare/jetbridge/jetbridgetest"
 	"github.com/sotercare/jetbridge/producer"
@@ -232,7 +233,7 @@ func TestReceiverWrongSecret(t *testing.T) {
 	if r.Verified || !errors.Is(r.SignatureErr, jetbridgetest.ErrSignatureMismatch) {
 		t.Fatalf("verified %t, error %v; want a signature mismatch", r.Verified, r.SignatureErr)
 	}
-	if s := b.WaitEvent(t, "s-1"); s.Outcome != bridge.OutcomeDeadLettered || s.Reason != bridge.ReasonRejected {
+	if s := b.WaitEvent(t, "s-1"); s.Outcome != bridge.OutcomeDeadLettered || s.Reason != deadletter.ReasonRejected {
 		t.Fatalf("settled %s/%s, want dead-lettered/rejected", s.Outcome, s.Reason)
 	}
 	if dl := b.WaitDeadLetters(t, 1); dl[0].Status != http.StatusUnauthorized {

@@ -8,7 +8,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/sotercare/jetbridge/bridge"
+	"github.com/sotercare/jetbridge/deadletter"
 	"github.com/sotercare/jetbridge/jetbridgetest"
 	"github.com/sotercare/jetbridge/producer"
 )
@@ -88,7 +88,7 @@ routes:
 	srv.Publish(t, producer.Event{ID: "bad-1", Type: "order.created", Payload: []byte(`{"order":-1}`)})
 
 	dl := b.WaitDeadLetters(t, 1)[0]
-	fmt.Println(dl.EventID, dl.Reason, dl.Status, string(dl.Data), dl.Reason == bridge.ReasonRejected, rec.Count())
+	fmt.Println(dl.EventID, dl.Reason, dl.Status, string(dl.Data), dl.Reason == deadletter.ReasonRejected, rec.Count())
 	// Output: bad-1 rejected 422 {"order":-1} true 1
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sotercare/jetbridge/bridge"
+	"github.com/sotercare/jetbridge/deadletter"
 	"github.com/sotercare/jetbridge/jetbridgetest"
 	"github.com/sotercare/jetbridge/producer"
 )
@@ -112,15 +113,15 @@ func TestDeadLetter(t *testing.T) {
 	srv.Publish(t, producer.Event{ID: "bad-1", Type: "order.created", Payload: []byte(`{"bad":true}`)},
 		jetbridgetest.WithTraceParent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"))
 	s := b.WaitEvent(t, "bad-1")
-	if s.Outcome != bridge.OutcomeDeadLettered || s.Reason != bridge.ReasonRejected {
-		t.Fatalf("settled %s/%s, want %s/%s", s.Outcome, s.Reason, bridge.OutcomeDeadLettered, bridge.ReasonRejected)
+	if s.Outcome != bridge.OutcomeDeadLettered || s.Reason != deadletter.ReasonRejected {
+		t.Fatalf("settled %s/%s, want %s/%s", s.Outcome, s.Reason, bridge.OutcomeDeadLettered, deadletter.ReasonRejected)
 	}
 	var de *bridge.DownstreamError
 	if !errors.As(s.Err, &de) || de.Status != http.StatusBadRequest {
 		t.Fatalf("settlement error %v, want a DownstreamError with status 400", s.Err)
 	}
 	dl := b.WaitDeadLetters(t, 1)
-	if len(dl) != 1 || dl[0].EventID != "bad-1" || dl[0].Reason != bridge.ReasonRejected || dl[0].Status != 400 ||
+	if len(dl) != 1 || dl[0].EventID != "bad-1" || dl[0].Reason != deadletter.ReasonRejected || dl[0].Status != 400 ||
 		string(dl[0].Data) != `{"bad":true}` || dl[0].Header.Get("traceparent") == "" {
 		t.Fatalf("dead letters %+v", dl)
 	}

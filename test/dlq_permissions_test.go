@@ -16,6 +16,7 @@ import (
 
 	"github.com/sotercare/jetbridge/bridge"
 	"github.com/sotercare/jetbridge/config"
+	"github.com/sotercare/jetbridge/deadletter"
 	"github.com/sotercare/jetbridge/internal/natstest"
 	"github.com/sotercare/jetbridge/jetbridgetest"
 	"github.com/sotercare/jetbridge/producer"
@@ -168,7 +169,7 @@ routes:
 		{"$KV.EVENTS_DELIVERED.ra.b.x", func() bool { return false }},
 	}
 	for _, a := range attempts {
-		msg := &nats.Msg{Subject: a.subject, Header: nats.Header{bridge.HeaderOriginalSubject: {"$JS.API.STREAM.PURGE.EVENTS"}, bridge.HeaderOriginalStream: {"EVENTS"}}, Data: []byte(`{}`)}
+		msg := &nats.Msg{Subject: a.subject, Header: nats.Header{deadletter.HeaderOriginalSubject: {"$JS.API.STREAM.PURGE.EVENTS"}, deadletter.HeaderOriginalStream: {"EVENTS"}}, Data: []byte(`{}`)}
 		if err := pnc.PublishMsg(msg); err != nil {
 			return err
 		}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sotercare/jetbridge/bridge"
 	"github.com/sotercare/jetbridge/config"
+	"github.com/sotercare/jetbridge/deadletter"
 	"github.com/sotercare/jetbridge/internal/embedded"
 	"github.com/sotercare/jetbridge/producer"
 	"github.com/sotercare/jetbridge/subjects"
@@ -112,8 +113,8 @@ routes:
 		return
 	}
 	for _, m := range dead {
-		fmt.Printf("dead letter: %s %s, HTTP %s, from %s\n", m.Header.Get("Event-Id"), m.Header.Get(bridge.HeaderReason),
-			m.Header.Get(bridge.HeaderStatus), m.Header.Get(bridge.HeaderOriginalSubject))
+		fmt.Printf("dead letter: %s %s, HTTP %s, from %s\n", m.Header.Get("Event-Id"), m.Header.Get(deadletter.HeaderReason),
+			m.Header.Get(deadletter.HeaderStatus), m.Header.Get(deadletter.HeaderOriginalSubject))
 	}
 
 	_, err = config.Load([]byte(`

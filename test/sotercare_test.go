@@ -19,6 +19,7 @@ import (
 
 	"github.com/sotercare/jetbridge/bridge"
 	"github.com/sotercare/jetbridge/config"
+	"github.com/sotercare/jetbridge/deadletter"
 	"github.com/sotercare/jetbridge/internal/natstest"
 	"github.com/sotercare/jetbridge/internal/sotercare"
 	"github.com/sotercare/jetbridge/jetbridgetest"
@@ -313,7 +314,7 @@ func TestSoterCareNotifierRejects(t *testing.T) {
 		t.Fatalf("notifier got %d requests for %s, want exactly 1 (a 400 is not retried)", len(reqs), rc.EventID)
 	}
 	dead := e.b.WaitDeadLetters(t, 1)
-	if d := dead[0]; len(dead) != 1 || d.EventID != rc.EventID || d.Reason != bridge.ReasonRejected || d.Status != 400 ||
+	if d := dead[0]; len(dead) != 1 || d.EventID != rc.EventID || d.Reason != deadletter.ReasonRejected || d.Status != 400 ||
 		d.Route != "caregiver-alerts" || d.Subject != "events.warning.care.caregiver.vitals" {
 		t.Fatalf("dead letters %+v, want one: event %s rejected with 400 on caregiver-alerts", dead, rc.EventID)
 	}

@@ -490,7 +490,7 @@ func (d *demo) report(drained bool, dead []bridge.DLQMessage, dlqErr error, cfgP
 			if m.Status != 0 {
 				status = strconv.Itoa(m.Status)
 			}
-			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", m.Seq, cell(m.Route), cell(m.Reason), status, cell(m.EventID), cell(m.Subject))
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", m.Seq, cell(m.Route), cell(string(m.Reason)), status, cell(m.EventID), cell(m.Subject))
 		}
 		_ = tw.Flush()
 	}
@@ -730,7 +730,7 @@ func (t *demoTally) snapshot() demoCounts {
 			}
 		case bridge.OutcomeDeadLettered:
 			c.deadLettered++
-			c.deadReasons[s.Reason]++
+			c.deadReasons[string(s.Reason)]++
 		}
 	}
 	return c

@@ -26,6 +26,7 @@ import (
 
 	"github.com/sotercare/jetbridge/bridge"
 	"github.com/sotercare/jetbridge/config"
+	"github.com/sotercare/jetbridge/deadletter"
 	"github.com/sotercare/jetbridge/internal/cli"
 	"github.com/sotercare/jetbridge/internal/cli/logs"
 	"github.com/sotercare/jetbridge/subjects"
@@ -108,7 +109,13 @@ func dlqCommand(c *cobra.Command, o *dlqOptions, filters dlqFilters, check func(
 }
 
 // Reasons --reason accepts: a typo would otherwise match nothing silently.
-var dlqReasons = []string{bridge.ReasonRejected, bridge.ReasonMaxDeliveries, bridge.ReasonInvalidEvent, bridge.ReasonEventIDConflict}
+var dlqReasons = func() []string {
+	rs := make([]string, len(deadletter.Reasons))
+	for i, r := range deadletter.Reasons {
+		rs[i] = string(r)
+	}
+	return rs
+}()
 
 // dlqOpTimeout bounds one replay or delete. It is not cut short by a
 // signal: the current dead letter is finished, then the command stops.
@@ -277,14 +284,14 @@ subject, deliveries, failed_at.`,
 		}
 		return nil
 	}, func(ctx context.Context, s *dlqSession, stdout, stderr io.Writer) error {
-		ds, err := s.q.List(ctx, bridge.DLQFilter{Route: o.route, Reason: o.reason, Limit: limit}, false)
+		ds, err := s.q.List(ctx, bridge.DLQFilter{Route: o.route, Reason: deadletter.Reason(o.reason), Limit: limit}, false)
 		if err != nil {
 			return dlqErr(s, err)
 		}
 		if asJSON {
 			for _, d := range ds {
 				if err := cli.WriteJSON(stdout, dlqLine{
-					Seq: d.Seq, Route: d.Route, Reason: d.Reason, Failure: d.Failure, Status: d.Status,
+					Seq: d.Seq, Route: d.Route, Reason: string(d.Reason), Failure: string(d.Failure), Status: d.Status,
 					EventID: d.EventID, Subject: d.Subject, Deliveries: d.Deliveries, FailedAt: failedAt(d),
 				}); err != nil {
 					return err
@@ -303,7 +310,7 @@ subject, deliveries, failed_at.`,
 			if d.Status != 0 {
 				status = strconv.Itoa(d.Status)
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Seq, cell(d.Route), cell(d.Reason), cell(d.Failure),
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Seq, cell(d.Route), cell(string(d.Reason)), cell(string(d.Failure)),
 				status, cell(d.EventID), cell(d.Subject), cell(failedAt(d)))
 		}
 		return tw.Flush()
@@ -658,7 +665,7 @@ same. A progress bar shows on a terminal.`,
 		}
 		return nil
 	}, func(ctx context.Context, s *dlqSession, stdout, stderr io.Writer) error {
-		sel, err := selectDeadLetters(ctx, s, all, seqs, bridge.DLQFilter{Route: o.route, Reason: o.reason}, stderr)
+		sel, err := selectDeadLetters(ctx, s, all, seqs, bridge.DLQFilter{Route: o.route, Reason: deadletter.Reason(o.reason)}, stderr)
 		if err != nil {
 			return err
 		}

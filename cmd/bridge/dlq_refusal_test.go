@@ -17,7 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sotercare/jetbridge/bridge"
+	"github.com/sotercare/jetbridge/deadletter"
 	"github.com/sotercare/jetbridge/internal/natstest"
 	"github.com/sotercare/jetbridge/internal/sinktest"
 	"github.com/sotercare/jetbridge/producer"
@@ -86,9 +86,9 @@ func TestDLQReplayRefusals(t *testing.T) {
 	plant("ra", "dlq.ra.events.info.a.loop", "Bridge-Original-Subject is under the dead-letter prefix dlq", []byte(`{}`), nil)
 	plant("ra", "orders.created", "Bridge-Original-Subject is outside stream EVENTS's subjects events.>", []byte(`{}`), nil)
 	plant("ra", "events.info.a.foreign", "Bridge-Original-Stream is not the configured stream EVENTS", []byte(`{}`),
-		map[string]string{bridge.HeaderOriginalStream: "OTHER"})
+		map[string]string{deadletter.HeaderOriginalStream: "OTHER"})
 	plant("ra", "events.info.a.big", "stored without its payload (2000000 bytes); read it from EVENTS seq 77 while the stream retains it", []byte{},
-		map[string]string{bridge.HeaderPayloadOmitted: "2000000", bridge.HeaderOriginalSequence: "77"})
+		map[string]string{deadletter.HeaderPayloadOmitted: "2000000", deadletter.HeaderOriginalSequence: "77"})
 	plant("rb", "events.info.a.wrong-route", "Bridge-Original-Subject is outside route rb's subjects events.critical.b.>", []byte(`{}`), nil)
 	// and one more legitimate dead letter, of a route that no longer exists
 	l3 := e.craft("gone", "events.info.a.l3", "legit-3", []byte(`{"l":3}`), nil)
@@ -157,7 +157,7 @@ func TestDLQReplayRefusals(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if m.Header.Get(bridge.HeaderReplayedFrom) != "" {
+			if m.Header.Get(deadletter.HeaderReplayedFrom) != "" {
 				t.Errorf("a dead letter was republished on %s", subject)
 			}
 		}
@@ -309,9 +309,9 @@ func TestDLQTerminalEscaping(t *testing.T) {
 	// characters in its subject, header names and values and payload
 	e := newDLQEnv(t, 200)
 	rawPublish(t, e.srv.URL(), hostile.dlqSubject, [][2]string{
-		{bridge.HeaderOriginalSubject, hostile.subject},
-		{bridge.HeaderOriginalStream, "EVENTS"},
-		{bridge.HeaderRoute, "ra"},
+		{deadletter.HeaderOriginalSubject, hostile.subject},
+		{deadletter.HeaderOriginalStream, "EVENTS"},
+		{deadletter.HeaderRoute, "ra"},
 		{producer.HeaderEventID, hostile.eventID},
 		{hostile.key, hostile.value},
 		{"X-Long", hostile.long},

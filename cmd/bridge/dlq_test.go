@@ -20,6 +20,7 @@ import (
 
 	"github.com/sotercare/jetbridge/bridge"
 	"github.com/sotercare/jetbridge/config"
+	"github.com/sotercare/jetbridge/deadletter"
 	"github.com/sotercare/jetbridge/internal/natstest"
 	"github.com/sotercare/jetbridge/internal/sinktest"
 	"github.com/sotercare/jetbridge/producer"
@@ -144,17 +145,17 @@ func (e *dlqEnv) craft(route, subject, id string, data []byte, extra map[string]
 	h := nats.Header{}
 	for k, v := range map[string]string{
 		producer.HeaderEventID: id, "Event-Type": "a.x", "Event-Severity": "INFO", "Content-Type": "application/json",
-		jetstream.MsgIDHeader:         bridge.DeadLetterMsgID(route, "EVENTS", uint64(1000+e.n)),
-		bridge.HeaderReason:           bridge.ReasonMaxDeliveries,
-		bridge.HeaderFailure:          bridge.FailureTransport,
-		bridge.HeaderError:            "transport error to d: connection refused",
-		bridge.HeaderRoute:            route,
-		bridge.HeaderDestination:      "d",
-		bridge.HeaderDeliveries:       "5",
-		bridge.HeaderOriginalSubject:  subject,
-		bridge.HeaderOriginalStream:   "EVENTS",
-		bridge.HeaderOriginalSequence: fmt.Sprint(1000 + e.n),
-		bridge.HeaderFailedAt:         "2026-03-01T10:00:00Z",
+		jetstream.MsgIDHeader:             bridge.DeadLetterMsgID(route, "EVENTS", uint64(1000+e.n)),
+		deadletter.HeaderReason:           string(deadletter.ReasonMaxDeliveries),
+		deadletter.HeaderFailure:          string(deadletter.FailureTransport),
+		deadletter.HeaderError:            "transport error to d: connection refused",
+		deadletter.HeaderRoute:            route,
+		deadletter.HeaderDestination:      "d",
+		deadletter.HeaderDeliveries:       "5",
+		deadletter.HeaderOriginalSubject:  subject,
+		deadletter.HeaderOriginalStream:   "EVENTS",
+		deadletter.HeaderOriginalSequence: fmt.Sprint(1000 + e.n),
+		deadletter.HeaderFailedAt:         "2026-03-01T10:00:00Z",
 	} {
 		h.Set(k, v)
 	}
@@ -213,7 +214,7 @@ func TestDLQList(t *testing.T) {
 		ids = append(ids, e.reject(s))
 	}
 	e.waitDeadLetters(5)
-	crafted := e.craft("ra", "events.info.a.six", "ev-crafted", []byte(`{}`), map[string]string{bridge.HeaderStatus: ""})
+	crafted := e.craft("ra", "events.info.a.six", "ev-crafted", []byte(`{}`), map[string]string{deadletter.HeaderStatus: ""})
 
 	// When listing as JSON
 	r := e.run("dlq", "list", "--json")
@@ -326,7 +327,7 @@ func TestDLQShow(t *testing.T) {
 	e := newDLQEnv(t, 400)
 	e.reject("events.info.a.one")
 	e.waitDeadLetters(1)
-	jsonSeq := e.craft("rb", "events.critical.b.x", "ev-json", []byte(`{"patient":"p-1","readings":[1,2]}`), map[string]string{bridge.HeaderStatus: "410", "X-Custom": "custom-value"})
+	jsonSeq := e.craft("rb", "events.critical.b.x", "ev-json", []byte(`{"patient":"p-1","readings":[1,2]}`), map[string]string{deadletter.HeaderStatus: "410", "X-Custom": "custom-value"})
 	textSeq := e.craft("rb", "events.critical.b.y", "ev-text", []byte("plain text"), nil)
 
 	// The bridge's own dead letter: every dead-letter header, no payload
@@ -466,7 +467,7 @@ func TestDLQReplay(t *testing.T) {
 
 func TestDLQReplayNotReplayable(t *testing.T) {
 	e := newDLQEnv(t, 200)
-	bad := e.craft("ra", "events.info.a.x", "ev-bad", []byte(`{}`), map[string]string{bridge.HeaderOriginalSubject: ""})
+	bad := e.craft("ra", "events.info.a.x", "ev-bad", []byte(`{}`), map[string]string{deadletter.HeaderOriginalSubject: ""})
 	good := e.craft("ra", "events.info.a.y", "ev-good", []byte(`{}`), nil)
 	r := e.run("dlq", "replay", "--all", "--dry-run")
 	if r.code != 1 || r.stdout != fmt.Sprintf("would replay dlq_seq=%d id=ev-good -> events.info.a.y\ndry run: would replay 1, failed 1; nothing changed\n", good) ||

@@ -10,6 +10,7 @@ import (
 
 	"example.com/producer-test/notify"
 	"github.com/sotercare/jetbridge/bridge"
+	"github.com/sotercare/jetbridge/deadletter"
 	"github.com/sotercare/jetbridge/jetbridgetest"
 	"github.com/sotercare/jetbridge/producer"
 )
@@ -74,7 +75,7 @@ func TestRejectedOrderIsDeadLettered(t *testing.T) {
 	srv, b, h := start(t, secret)
 	srv.Publish(t, order("free", 0))
 	dl := b.WaitDeadLetters(t, 1)
-	if dl[0].EventID != "free" || dl[0].Reason != bridge.ReasonRejected || dl[0].Status != http.StatusUnprocessableEntity {
+	if dl[0].EventID != "free" || dl[0].Reason != deadletter.ReasonRejected || dl[0].Status != http.StatusUnprocessableEntity {
 		t.Fatalf("dead letter %s: reason %s status %d", dl[0].EventID, dl[0].Reason, dl[0].Status)
 	}
 	if len(h.Orders()) != 0 {
