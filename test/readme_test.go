@@ -28,10 +28,11 @@ import (
 //     may not use a command that needs a server (publish, bridge dlq);
 //   - go build and go test name packages that exist;
 //   - every ```go block that is a whole file compiles as pasted, and the
-//     one of "Publishing events" is, line for line,
+//     one of "Publishing events" (docs/testing.md) is, line for line,
 //     producer/example_readme_test.go's tested program; a block without a
 //     package clause is an excerpt whose every part is, as written, in the
-//     file or directory named in the paragraph before it.
+//     file or directory named in the paragraph before it (a link is
+//     relative to its page).
 
 // readmeBlock is one fenced code block of the README or of a page under
 // docs/.
