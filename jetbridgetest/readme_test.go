@@ -6,15 +6,15 @@ import (
 	"testing"
 )
 
-// The README's "Testing your producer and receiver" shows code the example
-// module really contains: every declaration of its Go block is a verbatim
+// docs/testing.md's "Testing your producer and receiver" shows code the
+// example module really contains: every declaration of its Go block is a verbatim
 // part of examples/producer-test/orders/orders_test.go, and .ci/run runs
 // that module.
 func TestReadmeExampleIsTheExampleModule(t *testing.T) {
-	readme := read(t, "../README.md")
+	readme := read(t, "../docs/testing.md")
 	_, section, ok := strings.Cut(readme, "\n## Testing your producer and receiver\n")
 	if !ok {
-		t.Fatal("README has no section \"Testing your producer and receiver\"")
+		t.Fatal("docs/testing.md has no section \"Testing your producer and receiver\"")
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
 	_, block, ok := strings.Cut(section, "```go\n")
@@ -30,11 +30,11 @@ func TestReadmeExampleIsTheExampleModule(t *testing.T) {
 		}
 		parts++
 		if !strings.Contains(example, part) {
-			t.Errorf("README code not in the example module:\n%s", part)
+			t.Errorf("docs/testing.md code not in the example module:\n%s", part)
 		}
 	}
 	if parts < 2 {
-		t.Errorf("the README block has %d declarations, want the config and the test", parts)
+		t.Errorf("the docs/testing.md block has %d declarations, want the config and the test", parts)
 	}
 	if !strings.Contains(read(t, "../.ci/run"), "\nnested examples/producer-test ") {
 		t.Error(".ci/run does not run the example module")

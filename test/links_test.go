@@ -67,6 +67,111 @@ func TestLinksResolve(t *testing.T) {
 	}
 }
 
+// Code comments that cite a README section by name (README "Delivery",
+// the README's "Tracing", the README section "X", the README's Security
+// section) name a heading the README has. Such citations are being
+// replaced by docs/<page>.md#<anchor> links, which TestLinksResolve checks.
+func TestReadmeCitationsResolve(t *testing.T) {
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	headings := headingTitles(string(data))
+	for _, file := range trackedTextFiles(t, root) {
+		if !strings.HasSuffix(file, ".go") || file == "test/links_test.go" {
+			continue // links_test.go cites broken ones in its control
+		}
+		text, err := os.ReadFile(filepath.Join(root, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range checkReadmeCitations(file, string(text), headings) {
+			t.Error(p)
+		}
+	}
+
+	// Negative control: each form, naming a heading that does not exist,
+	// is reported; one naming a real heading is not.
+	control := "// (README \"No such\") and the README's \"Gone\" section;\n" +
+		"// the README section \"Missing\", the README's Vanished\n" +
+		"// section, README, \"Lost\"; README \"The two\n" +
+		"// commands\" exists.\n"
+	caught := checkReadmeCitations("x.go", control, headings)
+	for _, want := range []string{`"No such"`, `"Gone"`, `"Missing"`, `"Vanished"`, `"Lost"`} {
+		if !slices.ContainsFunc(caught, func(c string) bool { return strings.Contains(c, want) }) {
+			t.Errorf("the citation check missed %s; it reported:\n%s", want, strings.Join(caught, "\n"))
+		}
+	}
+	if len(caught) != 5 {
+		t.Errorf("the citation check reported %d problems in the control, want 5:\n%s", len(caught), strings.Join(caught, "\n"))
+	}
+}
+
+var (
+	// readmeQuoted: README "X", README's "X", README section "X",
+	// README, "X".
+	readmeQuoted = regexp.MustCompile(`README(?:'s)?(?: section)?,? "([^"]+)"`)
+	// readmeSection: the README's X section, the README's X and Y
+	// sections.
+	readmeSection = regexp.MustCompile(`README's ((?:[A-Za-z-]+ ){0,5}?)sections?\b`)
+)
+
+// checkReadmeCitations reports each README section a Go file's comments
+// cite by name that is not one of headings. A citation may run on into
+// the next comment line.
+func checkReadmeCitations(file, text string, headings []string) []string {
+	var problems []string
+	lines := strings.Split(text, "\n")
+	for i, line := range lines {
+		if !strings.Contains(line, "README") {
+			continue
+		}
+		joined := line
+		if i+1 < len(lines) {
+			if next, ok := strings.CutPrefix(strings.TrimSpace(lines[i+1]), "//"); ok {
+				joined += " " + strings.TrimSpace(next)
+			}
+		}
+		var names []string
+		for _, m := range readmeQuoted.FindAllStringSubmatchIndex(joined, -1) {
+			if m[0] < len(line) {
+				names = append(names, joined[m[2]:m[3]])
+			}
+		}
+		for _, m := range readmeSection.FindAllStringSubmatchIndex(joined, -1) {
+			if m[0] < len(line) {
+				names = append(names, strings.Split(strings.TrimSpace(joined[m[2]:m[3]]), " and ")...)
+			}
+		}
+		for _, name := range names {
+			if !slices.ContainsFunc(headings, func(h string) bool { return strings.EqualFold(h, name) }) {
+				problems = append(problems, fmt.Sprintf("%s:%d: README %q: the README has no such heading (its content moved to docs/; cite docs/<page>.md#<anchor>)", file, i+1, name))
+			}
+		}
+	}
+	return problems
+}
+
+// headingTitles are the titles of a Markdown page's headings.
+func headingTitles(text string) []string {
+	var out []string
+	inCode := false
+	for _, line := range strings.Split(text, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), fenceStart) {
+			inCode = !inCode
+			continue
+		}
+		if !inCode && strings.HasPrefix(line, "#") {
+			out = append(out, strings.TrimSpace(strings.TrimLeft(line, "#")))
+		}
+	}
+	return out
+}
+
 var (
 	mdLink     = regexp.MustCompile(`\]\(([^)\s]+)\)`)
 	repoURL    = regexp.MustCompile(`https://github\.com/sotercare/jetbridge/(?:blob|tree)/main/([\w./-]+)(#[\w-]+)?`)

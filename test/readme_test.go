@@ -28,10 +28,11 @@ import (
 //     may not use a command that needs a server (publish, bridge dlq);
 //   - go build and go test name packages that exist;
 //   - every ```go block that is a whole file compiles as pasted, and the
-//     one of "Publishing events" is, line for line,
+//     one of "Publishing events" (docs/testing.md) is, line for line,
 //     producer/example_readme_test.go's tested program; a block without a
 //     package clause is an excerpt whose every part is, as written, in the
-//     file or directory named in the paragraph before it.
+//     file or directory named in the paragraph before it (a link is
+//     relative to its page).
 
 // readmeBlock is one fenced code block of the README or of a page under
 // docs/.
@@ -493,7 +494,11 @@ func checkExcerpt(root string, b readmeBlock, errorf func(string, ...any)) {
 		errorf("%s:%d: a Go excerpt (no package clause) without the file it comes from in the paragraph before it; make it a whole program or name its source", b.file, b.line)
 		return
 	}
-	src := filepath.Join(root, m[1]+m[2])
+	// A link is relative to its page; a bare path is from the root.
+	src := filepath.Join(root, m[2])
+	if m[1] != "" {
+		src = filepath.Join(root, filepath.Dir(b.file), m[1])
+	}
 	var sources strings.Builder
 	err := filepath.WalkDir(src, func(path string, d os.DirEntry, err error) error {
 		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".go") {
@@ -555,4 +560,38 @@ func checkSameAsExample(t *testing.T, b readmeBlock) {
 		t.Errorf("%s:%d: the program differs from producer/example_readme_test.go's readmeMain:\n--- README:\n%s\n--- example:\n%s",
 			b.file, b.line, strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
+}
+
+// The README is the front page: at most 400 lines, and it links every
+// page under docs/ (the rest of the documentation lives there).
+func TestReadmeIsShortAndLinksEveryPage(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range checkFrontPage(string(data), docFiles(t)[1:]) {
+		t.Error(p)
+	}
+
+	// Negative control: a README too long that links no page fails on
+	// both counts.
+	long := strings.Repeat("line\n", 401)
+	if got := checkFrontPage(long, []string{"docs/delivery.md"}); len(got) != 2 {
+		t.Errorf("the check reported %q for a 401-line README without links, want the length and the missing link", got)
+	}
+}
+
+// checkFrontPage reports a README longer than 400 lines and each page it
+// does not link to.
+func checkFrontPage(readme string, pages []string) []string {
+	var problems []string
+	if n := strings.Count(readme, "\n"); n > 400 {
+		problems = append(problems, fmt.Sprintf("README.md has %d lines, at most 400: move the detail to a page under docs/", n))
+	}
+	for _, p := range pages {
+		if !strings.Contains(readme, "]("+p+")") && !strings.Contains(readme, "]("+p+"#") {
+			problems = append(problems, fmt.Sprintf("README.md does not link %s", p))
+		}
+	}
+	return problems
 }
