@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
 )
@@ -124,19 +125,33 @@ func TestCheckServers(t *testing.T) {
 	}
 }
 
-func TestFallingRate(t *testing.T) {
-	var f FallingRate
+// A repeated error is let through at once, then once per interval, with
+// its count; another error or Reset starts again.
+func TestThrottle(t *testing.T) {
+	var th Throttle // ThrottleInterval: 30 s, longer than this test
 	var logged []int
 	for range 9 {
-		if n, ok := f.Next("x"); ok {
-			logged = append(logged, n)
-		}
+		th.Do("x", func(n int) { logged = append(logged, n) })
 	}
-	if !slices.Equal(logged, []int{1, 2, 4, 8}) {
-		t.Errorf("logged occurrences %v, want 1, 2, 4, 8", logged)
+	if !slices.Equal(logged, []int{1}) {
+		t.Errorf("logged occurrences %v within the interval, want only the 1st", logged)
 	}
-	if n, ok := f.Next("y"); n != 1 || !ok {
-		t.Errorf("a new error starts again: %d %t", n, ok)
+	logged = nil
+	th.Do("y", func(n int) { logged = append(logged, n) })
+	th.Reset()
+	th.Do("y", func(n int) { logged = append(logged, n) })
+	if !slices.Equal(logged, []int{1, 1}) {
+		t.Errorf("a new error and a reset start again: logged %v, want 1, 1", logged)
+	}
+	// An interval that has always elapsed lets every occurrence through,
+	// counted.
+	short := Throttle{Interval: time.Nanosecond}
+	logged = nil
+	for range 3 {
+		short.Do("x", func(n int) { logged = append(logged, n) })
+	}
+	if !slices.Equal(logged, []int{1, 2, 3}) {
+		t.Errorf("with the interval elapsed: logged %v, want 1, 2, 3", logged)
 	}
 }
 
