@@ -176,7 +176,7 @@ func natsOptions(nc config.NATS, log zerolog.Logger, closing *atomic.Bool) ([]na
 				return
 			}
 			class := cli.ClassifyConnErr(err)
-			asyncErrs.Do(class.String()+err.Error(), func(n int) {
+			asyncErrs.Do(class.String()+err.Error(), func(n, _ int) {
 				ev := log.Warn().Int("occurrences", n)
 				if class != cli.ConnUnreachable {
 					ev = ev.Str("class", class.String())
@@ -321,7 +321,7 @@ func (c *natsConn) open(ctx context.Context, notReady notReadyFunc) (connected b
 		}
 		reason := fmt.Sprintf("cannot reach NATS at %s: %s", shown, cause)
 		notReady(reason)
-		unreachable.Do(cause, func(n int) {
+		unreachable.Do(cause, func(n, _ int) {
 			log.Warn().Str("url", shown).Str("error", cause).Int("attempts", n).Str("retry_in", pause.String()).
 				Msg("cannot reach NATS; retrying: " + connHint(class))
 		})

@@ -116,7 +116,7 @@ func serve(ctx context.Context, listen, natsURL, root string, timeout time.Durat
 		// at once and then every cli.ThrottleInterval, with the cause.
 		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
 			cause := cli.ConnectCause(err, natsURL)
-			unreachable.Do(cause, func(n int) {
+			unreachable.Do(cause, func(n, _ int) {
 				log.Warn().Str("nats", shown).Str("error", cause).Int("attempts", n).
 					Msg("cannot reach NATS; readings are answered 503 until it connects (set the server with -s/--server or $NATS_URL)")
 			})

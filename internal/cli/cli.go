@@ -383,20 +383,22 @@ const ThrottleInterval = 30 * time.Second
 // Throttle logs an error that repeats on every reconnect attempt (every
 // half second or so) at its first occurrence and then at most once per
 // Interval (golang.org/x/time/rate.Sometimes), with the number of
-// occurrences so far; a different error, or Reset, starts again. The zero
-// value is ready and uses ThrottleInterval.
+// occurrences so far and of those not logged since the last line; a
+// different error, or Reset, starts again. The zero value is ready and
+// uses ThrottleInterval.
 type Throttle struct {
 	Interval time.Duration
 
-	mu   sync.Mutex
-	last string
-	n    int
-	s    *rate.Sometimes
+	mu      sync.Mutex
+	last    string
+	n, seen int // occurrences of last; n when log last ran
+	s       *rate.Sometimes
 }
 
 // Do counts one occurrence of key and, if it is let through, calls log
-// with the count.
-func (t *Throttle) Do(key string, log func(n int)) {
+// with n, the occurrences of key so far, and suppressed, those since the
+// last call of log that were not let through.
+func (t *Throttle) Do(key string, log func(n, suppressed int)) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.s == nil || key != t.last {
@@ -404,16 +406,19 @@ func (t *Throttle) Do(key string, log func(n int)) {
 		if every <= 0 {
 			every = ThrottleInterval
 		}
-		t.last, t.n, t.s = key, 0, &rate.Sometimes{Interval: every}
+		t.last, t.n, t.seen, t.s = key, 0, 0, &rate.Sometimes{Interval: every}
 	}
 	t.n++
-	t.s.Do(func() { log(t.n) })
+	t.s.Do(func() {
+		log(t.n, t.n-t.seen-1)
+		t.seen = t.n
+	})
 }
 
 // Reset forgets the error and its count.
 func (t *Throttle) Reset() {
 	t.mu.Lock()
-	t.last, t.n, t.s = "", 0, nil
+	t.last, t.n, t.seen, t.s = "", 0, 0, nil
 	t.mu.Unlock()
 }
 
