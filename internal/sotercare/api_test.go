@@ -26,11 +26,12 @@ type apiEnv struct {
 
 func startAPI(t *testing.T, withStream bool) *apiEnv {
 	t.Helper()
-	return startAPIDecoding(t, withStream, decodeReading)
+	return startAPIWrapped(t, withStream, func(h http.Handler) http.Handler { return h })
 }
 
-// startAPIDecoding is startAPI with the handler reading bodies with decode.
-func startAPIDecoding(t *testing.T, withStream bool, decode func(io.Reader) (Reading, error)) *apiEnv {
+// startAPIWrapped is startAPI with the handler wrapped by wrap (a
+// negative control's broken variant).
+func startAPIWrapped(t *testing.T, withStream bool, wrap func(http.Handler) http.Handler) *apiEnv {
 	t.Helper()
 	srv := natstest.Start(t)
 	_, js := natstest.Connect(t, srv.URL(), nats.ReconnectBufSize(-1))
@@ -43,8 +44,8 @@ func startAPIDecoding(t *testing.T, withStream bool, decode func(io.Reader) (Rea
 			t.Fatal(err)
 		}
 	}
-	h := newHandler(producer.NewPublisher(js, "events"), Options{PublishTimeout: 2 * time.Second}, decode)
-	hs := httptest.NewServer(h)
+	h := NewHandler(producer.NewPublisher(js, "events"), Options{PublishTimeout: 2 * time.Second})
+	hs := httptest.NewServer(wrap(h))
 	t.Cleanup(hs.Close)
 	return &apiEnv{url: hs.URL, js: js}
 }
