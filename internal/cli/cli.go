@@ -46,9 +46,6 @@ func Usagef(format string, args ...any) error {
 	return &ExitError{Code: 2, Msg: fmt.Sprintf(format, args...)}
 }
 
-// Exit is an error with the given code; msg "" prints nothing more.
-func Exit(code int, msg string) error { return &ExitError{Code: code, Msg: msg} }
-
 // NewRoot returns the root command of a program: errors and usage are
 // printed by Execute (one line), the shell-completion command is left out,
 // "help" and --help work on every command, and --version prints

@@ -25,10 +25,10 @@ const (
 	CodeBrokerUnavailable = "BROKER_UNAVAILABLE" // 503
 )
 
-// CorrelationHeader carries the correlation id: taken from the request
+// correlationHeader carries the correlation id: taken from the request
 // when it holds a usable one (1 to 128 visible ASCII characters), else a
 // new unique id; always echoed in the response.
-const CorrelationHeader = "X-Correlation-Id"
+const correlationHeader = "X-Correlation-Id"
 
 // DefaultPublishTimeout bounds the wait for JetStream's acknowledgement.
 const DefaultPublishTimeout = 5 * time.Second
@@ -77,11 +77,11 @@ type api struct {
 }
 
 func (a *api) postEvent(w http.ResponseWriter, r *http.Request) {
-	cid := r.Header.Get(CorrelationHeader)
+	cid := r.Header.Get(correlationHeader)
 	if !usableCorrelationID(cid) {
 		cid = nuid.Next()
 	}
-	w.Header().Set(CorrelationHeader, cid)
+	w.Header().Set(correlationHeader, cid)
 	log := a.opts.Logger.With().Str("correlation_id", cid).Logger()
 
 	reading, err := decodeReading(http.MaxBytesReader(w, r.Body, maxBody))

@@ -94,10 +94,10 @@ func TestPostEvent(t *testing.T) {
 	e := startAPI(t, true)
 	fall := `{"eventId":"fall-0001","deviceId":"bed-3","eventType":"fall","value":1,"unit":"boolean","timestamp":1735689600000}`
 
-	r := e.do(t, http.MethodPost, "/api/v1/events", fall, map[string]string{CorrelationHeader: "req-42"})
+	r := e.do(t, http.MethodPost, "/api/v1/events", fall, map[string]string{correlationHeader: "req-42"})
 	want := `{"eventId":"fall-0001","status":"accepted","severity":"critical","routedTo":"caregiver","stream":"EVENTS","seq":1,"correlationId":"req-42"}` + "\n"
-	if r.status != http.StatusAccepted || r.body != want || r.header.Get(CorrelationHeader) != "req-42" {
-		t.Fatalf("first post: %d %q (correlation %q), want 202 %q", r.status, r.body, r.header.Get(CorrelationHeader), want)
+	if r.status != http.StatusAccepted || r.body != want || r.header.Get(correlationHeader) != "req-42" {
+		t.Fatalf("first post: %d %q (correlation %q), want 202 %q", r.status, r.body, r.header.Get(correlationHeader), want)
 	}
 	stream, err := e.js.Stream(t.Context(), "EVENTS")
 	if err != nil {
@@ -119,15 +119,15 @@ func TestPostEvent(t *testing.T) {
 
 	// Without a usable X-Correlation-Id each request gets a new one.
 	ids := map[string]bool{}
-	for i, hdr := range []map[string]string{nil, {CorrelationHeader: "has space"}, {CorrelationHeader: strings.Repeat("x", 129)}} {
+	for i, hdr := range []map[string]string{nil, {correlationHeader: "has space"}, {correlationHeader: strings.Repeat("x", 129)}} {
 		body := strings.Replace(fall, "fall-0001", "fall-100"+string(rune('0'+i)), 1)
 		r := e.do(t, http.MethodPost, "/api/v1/events", body, hdr)
 		var rc Receipt
 		if err := json.Unmarshal([]byte(r.body), &rc); err != nil || r.status != http.StatusAccepted {
 			t.Fatalf("post %d: %d %q", i, r.status, r.body)
 		}
-		if rc.CorrelationID == "" || rc.CorrelationID != r.header.Get(CorrelationHeader) || ids[rc.CorrelationID] {
-			t.Fatalf("post %d: correlation id %q (header %q), seen before: %v", i, rc.CorrelationID, r.header.Get(CorrelationHeader), ids[rc.CorrelationID])
+		if rc.CorrelationID == "" || rc.CorrelationID != r.header.Get(correlationHeader) || ids[rc.CorrelationID] {
+			t.Fatalf("post %d: correlation id %q (header %q), seen before: %v", i, rc.CorrelationID, r.header.Get(correlationHeader), ids[rc.CorrelationID])
 		}
 		ids[rc.CorrelationID] = true
 	}
