@@ -29,7 +29,14 @@
 // port someone else took: it fails the test at once, naming the port.
 //
 // A wait fails the test with t.Fatalf: call it from the goroutine running
-// the test. The package imports the standard library, nats.go and
-// jetbridge's public packages (bridge, config, producer); its stability is
-// stated in the README section "Testing your producer and receiver".
+// the test.
+//
+// Its API is made of standard-library, nats.go and jetbridge's public
+// types (bridge, config, webhook); nothing internal appears in a
+// signature. Inside, it runs the same test servers as jetbridge's own
+// tests, from internal packages (internal/natstest for the JetStream
+// server, internal/sinktest for the receiver), and logs the bridge through
+// zerolog, as bridge.Options wants: importing the kit brings those into a
+// test binary, not into the program under test. Its stability is stated in
+// the README section "Testing your producer and receiver".
 package jetbridgetest

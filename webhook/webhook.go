@@ -5,6 +5,12 @@
 // verifies with any of its keys and refuses a timestamp outside a
 // tolerance, which bounds replays.
 //
+// Invariant: Verify returns nil only when a v1 signature in the request is
+// the HMAC-SHA256 of exactly its id, timestamp and body under one of the
+// receiver's keys (compared in constant time) and the timestamp is within
+// the tolerance of now; otherwise it returns one of the Err* values, for
+// errors.Is, and never says which key or signature came closest.
+//
 // It depends on the standard library only, so a receiver service can use
 // it without the bridge.
 package webhook

@@ -112,7 +112,7 @@ func TestAdminTokenGuardsStatusAndMetrics(t *testing.T) {
 	t.Setenv("JB_TEST_ADMIN_TOKEN", adminTokenCanary)
 	srv := natstest.Start(t)
 	sink := sinktest.New(t, sinktest.Always(200))
-	d := startDaemon(t, withAdminToken(daemonYAML(srv.URL(), natstest.Creds{}, freePort(t), sink.URL()), ""), production)
+	d := startDaemon(t, withAdminToken(daemonYAML(srv.URL(), natstest.Creds{}, freePort(t), sink.URL()), ""))
 	base := "http://" + d.admin
 	if err := waitFor(daemonReady, func() error {
 		if code, _ := get(d.admin, "/readyz"); code != 200 {
@@ -159,7 +159,7 @@ func TestAdminTokenGuardsStatusAndMetrics(t *testing.T) {
 // token already guards /status and /metrics.
 func TestAdminTokenGuardsBeforeConnecting(t *testing.T) {
 	t.Setenv("JB_TEST_ADMIN_TOKEN", adminTokenCanary)
-	d := startDaemon(t, withAdminToken(daemonYAML("nats://"+freePort(t), natstest.Creds{}, freePort(t), "http://127.0.0.1:1"), ""), production)
+	d := startDaemon(t, withAdminToken(daemonYAML("nats://"+freePort(t), natstest.Creds{}, freePort(t), "http://127.0.0.1:1"), ""))
 	if err := waitFor(daemonReady, func() error {
 		if code, body := get(d.admin, "/readyz"); code != 503 || !strings.Contains(body, "cannot reach NATS") {
 			return fmt.Errorf("/readyz = %d %s, want 503 while NATS is unreachable", code, body)

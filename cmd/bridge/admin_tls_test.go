@@ -102,7 +102,7 @@ func TestAdminTLS(t *testing.T) {
 	srv := natstest.Start(t)
 	sink := sinktest.New(t, sinktest.Always(200))
 	yaml := withAdminToken(daemonYAML(srv.URL(), natstest.Creds{}, freePort(t), sink.URL()), adminTLSYAML(certFile, keyFile))
-	d := startDaemon(t, yaml, production)
+	d := startDaemon(t, yaml)
 	base := "https://" + d.admin
 	client := tlsClient(t, certFile, 0)
 	if err := waitFor(daemonReady, func() error {

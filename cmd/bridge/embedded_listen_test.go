@@ -77,7 +77,7 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := startDaemon(t, string(data), production)
+	d := startDaemon(t, string(data))
 	url := "nats://127.0.0.1:" + port
 	if err := waitFor(20*time.Second, func() error {
 		if code, ok := d.exited(); ok {

@@ -122,7 +122,7 @@ func checkCredsFile(path string) error {
 	if err != nil {
 		return err
 	}
-	defer wipe(data)
+	defer clear(data) // the seed
 	jwt, err := nkeys.ParseDecoratedJWT(data)
 	if err != nil || strings.Count(jwt, ".") != 2 {
 		return fmt.Errorf("%s: no user JWT found (want a creds file from nsc or nats-account-server)", path)
@@ -133,12 +133,6 @@ func checkCredsFile(path string) error {
 	}
 	kp.Wipe()
 	return nil
-}
-
-func wipe(b []byte) {
-	for i := range b {
-		b[i] = 0
-	}
 }
 
 // natsOptions maps the nats section to client options: authentication,
@@ -156,7 +150,7 @@ func natsOptions(nc config.NATS, log zerolog.Logger, closing *atomic.Bool) ([]na
 		return nil, err
 	}
 	secrets := natsSecrets(nc)
-	asyncErrs := &cli.FallingRate{}
+	asyncErrs := &cli.Throttle{}
 	opts := []nats.Option{
 		nats.Name(nc.Name),
 		nats.MaxReconnects(-1),
@@ -182,20 +176,18 @@ func natsOptions(nc config.NATS, log zerolog.Logger, closing *atomic.Bool) ([]na
 				return
 			}
 			class := cli.ClassifyConnErr(err)
-			n, ok := asyncErrs.Next(class.String() + err.Error())
-			if !ok {
-				return
-			}
-			ev := log.Warn().Int("occurrences", n)
-			if class != cli.ConnUnreachable {
-				ev = ev.Str("class", class.String())
-			}
-			if sub != nil {
-				// Our subscriptions are inboxes and JetStream API
-				// subjects; the subject names no secret and no payload.
-				ev = ev.Str("subject", sub.Subject)
-			}
-			ev.Str("error", scrub(err.Error(), secrets)).Msg("NATS error")
+			asyncErrs.Do(class.String()+err.Error(), func(n, _ int) {
+				ev := log.Warn().Int("occurrences", n)
+				if class != cli.ConnUnreachable {
+					ev = ev.Str("class", class.String())
+				}
+				if sub != nil {
+					// Our subscriptions are inboxes and JetStream API
+					// subjects; the subject names no secret and no payload.
+					ev = ev.Str("subject", sub.Subject)
+				}
+				ev.Str("error", scrub(err.Error(), secrets)).Msg("NATS error")
+			})
 		}),
 		nats.LameDuckModeHandler(func(*nats.Conn) {
 			log.Warn().Msg("NATS server entered lame duck mode; the connection will move to another server")
@@ -217,14 +209,35 @@ func natsOptions(nc config.NATS, log zerolog.Logger, closing *atomic.Bool) ([]na
 }
 
 // natsConn is the connection to JetStream, with the embedded server behind
-// it when the configuration names no URL.
+// it when the configuration names no URL. newNATSConn builds it, open
+// makes it, close ends it.
 type natsConn struct {
+	cfg *config.Config
+	// opts are the client options: the ClosedHandler that closes closed,
+	// then natsOptions', which may replace it.
+	opts    []nats.Option
 	srv     *embedded.Server
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	closed  chan struct{} // closed once the client has closed the connection
+	once    sync.Once     // closes closed
 	closing atomic.Bool   // set before a deliberate close: not a loss, no logs
 	log     zerolog.Logger
+}
+
+// newNATSConn builds the connection of cfg's nats section without making
+// it. Its error is a configuration error (exit 2).
+func newNATSConn(cfg *config.Config, log zerolog.Logger) (*natsConn, error) {
+	c := &natsConn{cfg: cfg, log: log, closed: make(chan struct{})}
+	built, err := natsOptions(cfg.NATS, log, &c.closing)
+	if err != nil {
+		return nil, &exitError{Code: 2, Msg: err.Error()}
+	}
+	// Ours first: the options built after them may replace any of them.
+	// A failed nats.Connect calls no handler, so only the kept connection
+	// closes c.closed; the Once is belt and braces.
+	c.opts = append([]nats.Option{nats.ClosedHandler(func(*nats.Conn) { c.once.Do(func() { close(c.closed) }) })}, built...)
+	return c, nil
 }
 
 // lost is closed when the connection was closed for good without our
@@ -238,25 +251,32 @@ func (c *natsConn) deliberate() bool { return c.closing.Load() }
 // ("" once it is made); /readyz reports it.
 type notReadyFunc func(reason string)
 
-// openNATS is openNATSWith for callers without admin endpoints (the demo):
-// the production options, and ctx ending first is an error.
+// openNATS builds and opens the connection for callers without admin
+// endpoints (the demo); ctx ending first is an error.
 func openNATS(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*natsConn, error) {
-	c, err := openNATSWith(ctx, cfg, log, natsOptions, func(string) {})
-	if err == nil && c == nil {
+	c, err := newNATSConn(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	connected, err := c.open(ctx, func(string) {})
+	if err == nil && !connected {
 		err = fmt.Errorf("connect to NATS: %w", context.Cause(ctx))
 	}
-	return c, err
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
-// openNATSWith starts the embedded server when nats.url is empty, then makes
-// the first connection: without RetryOnFailedConnect, so that a failure
-// is the real cause. An authentication, TLS or credentials error is fatal
-// (exit 1, with the cause); an unreachable server is waited for with
-// backoff, reported on /readyz through notReady. Once connected, the
-// connection reconnects forever. It returns (nil, nil) when ctx ends
-// first. build makes the client options (natsOptions in production).
-func openNATSWith(ctx context.Context, cfg *config.Config, log zerolog.Logger, build optionsFunc, notReady notReadyFunc) (*natsConn, error) {
-	c := &natsConn{log: log, closed: make(chan struct{})}
+// open starts the embedded server when nats.url is empty, then makes the
+// first connection: without RetryOnFailedConnect, so that a failure is the
+// real cause. An authentication, TLS or credentials error is fatal (exit 1,
+// with the cause); an unreachable server is waited for with backoff,
+// reported on /readyz through notReady. Once connected, the connection
+// reconnects forever. It returns false, and nil, when ctx ends first;
+// whenever it does not connect, everything it started is stopped.
+func (c *natsConn) open(ctx context.Context, notReady notReadyFunc) (connected bool, err error) {
+	cfg, log := c.cfg, c.log
 	url, shown := cfg.NATS.URL.Value(), cfg.NATS.URL.RedactedURL()
 	if cfg.Embedded() {
 		eo := embedded.Options{
@@ -277,28 +297,18 @@ func openNATSWith(ctx context.Context, cfg *config.Config, log zerolog.Logger, b
 		}
 		srv, err := embedded.Start(ctx, eo)
 		if err != nil {
-			return nil, embeddedErr(cfg, err)
+			return false, embeddedErr(cfg, err)
 		}
 		c.srv = srv
 		url, shown = srv.ClientURL(), srv.ClientURL()
 		log.Info().Str("listen", srv.Addr()).Str("store_dir", cfg.NATS.Embedded.StoreDir).
 			Str("server_version", srv.Version()).Msg("embedded JetStream started")
 	}
-	built, err := build(cfg.NATS, log, &c.closing)
-	if err != nil {
-		c.close()
-		return nil, &exitError{Code: 2, Msg: err.Error()}
-	}
-	// Ours first: the options built after them may replace any of them.
-	// A failed nats.Connect calls no handler, so only the kept connection
-	// closes c.closed; the Once is belt and braces.
-	var once sync.Once
-	opts := append([]nats.Option{nats.ClosedHandler(func(*nats.Conn) { once.Do(func() { close(c.closed) }) })}, built...)
 	secrets := natsSecrets(cfg.NATS)
 	pause := firstConnectMin
-	rate := &cli.FallingRate{}
+	unreachable := &cli.Throttle{}
 	for attempt := 1; ; attempt++ {
-		nc, err := nats.Connect(url, opts...)
+		nc, err := nats.Connect(url, c.opts...)
 		if err == nil {
 			c.nc = nc
 			break
@@ -307,18 +317,18 @@ func openNATSWith(ctx context.Context, cfg *config.Config, log zerolog.Logger, b
 		class := cli.ClassifyConnErr(err)
 		if class != cli.ConnUnreachable {
 			c.close()
-			return nil, &exitError{Code: 1, Msg: fmt.Sprintf("nats: %s at %s: %s; %s", class, shown, cause, connHint(class))}
+			return false, &exitError{Code: 1, Msg: fmt.Sprintf("nats: %s at %s: %s; %s", class, shown, cause, connHint(class))}
 		}
 		reason := fmt.Sprintf("cannot reach NATS at %s: %s", shown, cause)
 		notReady(reason)
-		if n, ok := rate.Next(cause); ok {
+		unreachable.Do(cause, func(n, _ int) {
 			log.Warn().Str("url", shown).Str("error", cause).Int("attempts", n).Str("retry_in", pause.String()).
 				Msg("cannot reach NATS; retrying: " + connHint(class))
-		}
+		})
 		select {
 		case <-ctx.Done():
 			c.close()
-			return nil, nil
+			return false, nil
 		case <-time.After(pause):
 		}
 		pause = min(2*pause, firstConnectMax)
@@ -327,9 +337,9 @@ func openNATSWith(ctx context.Context, cfg *config.Config, log zerolog.Logger, b
 	log.Info().Str("url", shown).Msg("connected to NATS")
 	if c.js, err = jetstream.New(c.nc); err != nil {
 		c.close()
-		return nil, err
+		return false, err
 	}
-	return c, nil
+	return true, nil
 }
 
 // embeddedErr says why the embedded server did not start and what to do:
@@ -370,9 +380,6 @@ func joinAddr(addr string) string {
 	}
 	return net.JoinHostPort(host, port)
 }
-
-// optionsFunc builds the client options of the nats section.
-type optionsFunc func(config.NATS, zerolog.Logger, *atomic.Bool) ([]nats.Option, error)
 
 func (c *natsConn) close() {
 	if c.nc != nil {

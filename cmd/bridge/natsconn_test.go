@@ -12,16 +12,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/sotercare/jetbridge/bridge"
 	"github.com/sotercare/jetbridge/config"
 	"github.com/sotercare/jetbridge/internal/cli"
 	"github.com/sotercare/jetbridge/internal/natstest"
@@ -98,7 +95,10 @@ routes:
 `, natsURL, creds.YAML(), admin, sinkURL)
 }
 
-func startDaemon(t testing.TB, yaml string, parts daemonParts) *daemonRun {
+// startDaemon runs the daemon of yaml, built as bridge run builds it and
+// then broken by each of breaks (daemon_faults_test.go), until the test
+// ends.
+func startDaemon(t testing.TB, yaml string, breaks ...daemonBreak) *daemonRun {
 	t.Helper()
 	cfg, err := config.Load([]byte(yaml), "daemon.yaml")
 	if err != nil {
@@ -108,9 +108,16 @@ func startDaemon(t testing.TB, yaml string, parts daemonParts) *daemonRun {
 	ctx, cancel := context.WithCancel(context.Background())
 	d.cancel = cancel
 	log := zerolog.New(d.logs).Level(zerolog.DebugLevel).With().Timestamp().Logger()
+	daemon, err := newDaemon(cfg, log, reloadSource{})
+	if err != nil {
+		t.Fatalf("newDaemon: %v", err)
+	}
+	for _, b := range breaks {
+		b(daemon)
+	}
 	go func() {
 		defer close(d.done)
-		d.err = runDaemon(ctx, cfg, log, parts, reloadSource{})
+		d.err = daemon.run(ctx)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -198,11 +205,11 @@ func freePort(t testing.TB) string {
 // daemon delivers an event published once A is back, after /readyz said
 // "NATS rejected the credentials" while B was in force, or when it exits
 // non-zero. A zombie (running, /healthz 200, nothing delivered) fails it.
-func authChangeCheck(t testing.TB, parts daemonParts) error {
+func authChangeCheck(t testing.TB, breaks ...daemonBreak) error {
 	srv := natstest.StartAuth(t, natstest.AuthUserPassword)
 	a, b := srv.Creds(), srv.NewCreds(t)
 	sink := sinktest.New(t, sinktest.Always(200))
-	d := startDaemon(t, daemonYAML(srv.URL(), a, freePort(t), sink.URL()), parts)
+	d := startDaemon(t, daemonYAML(srv.URL(), a, freePort(t), sink.URL()), breaks...)
 	if err := waitFor(daemonReady, func() error {
 		if code, body := get(d.admin, "/readyz"); code != 200 {
 			return fmt.Errorf("/readyz %d %s", code, body)
@@ -263,52 +270,27 @@ func authChangeCheck(t testing.TB, parts daemonParts) error {
 	})
 }
 
-// withOption appends one option to what natsOptions builds.
-func withOption(o nats.Option) optionsFunc {
-	return func(n config.NATS, log zerolog.Logger, closing *atomic.Bool) ([]nats.Option, error) {
-		opts, err := natsOptions(n, log, closing)
-		return append(opts, o), err
-	}
-}
-
-// abortOnAuthError is nats.go's default: the 2nd identical authentication
-// error in a row closes the connection for good.
-var abortOnAuthError nats.Option = func(o *nats.Options) error { o.IgnoreAuthErrorAbort = false; return nil }
-
 // A server that rejects the bridge's credentials for a while (rotated and
 // rotated back) leaves no zombie: the bridge reports it on /readyz,
 // reconnects once the credentials work again and delivers.
 func TestRunSurvivesAuthChange(t *testing.T) {
-	if err := authChangeCheck(t, production); err != nil {
+	if err := authChangeCheck(t); err != nil {
 		t.Fatal(err)
 	}
 	// The zombie of the hostile review: nats.go closes the connection for
 	// good, nothing notices it, and /healthz ignores it.
-	zombie := production
-	zombie.natsOptions = withOption(func(o *nats.Options) error {
-		o.IgnoreAuthErrorAbort, o.ClosedCB = false, nil
-		return nil
+	expectBrokenMain(t, "closed connection unnoticed, healthz always 200", func(t testing.TB) error {
+		return authChangeCheck(t, withOption(closedUnnoticed), healthzAlwaysOK)
 	})
-	zombie.adminHandler = func(b *bridge.Bridge, g prometheus.Gatherer) http.Handler {
-		h := b.AdminHandler(g)
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path == "/healthz" {
-				w.WriteHeader(http.StatusOK)
-				return
-			}
-			h.ServeHTTP(w, r)
-		})
-	}
-	expectBrokenMain(t, "closed connection unnoticed, healthz always 200", func(t testing.TB) error { return authChangeCheck(t, zombie) })
 }
 
 // closedForGoodCheck makes nats.go close the daemon's connection for good
 // (its default abort on a repeated authentication error) and expects the
 // daemon to stop with exit 1 naming the cause.
-func closedForGoodCheck(t testing.TB, parts daemonParts) error {
+func closedForGoodCheck(t testing.TB, breaks ...daemonBreak) error {
 	srv := natstest.StartAuth(t, natstest.AuthUserPassword)
 	a, b := srv.Creds(), srv.NewCreds(t)
-	d := startDaemon(t, daemonYAML(srv.URL(), a, freePort(t), "http://127.0.0.1:1"), parts)
+	d := startDaemon(t, daemonYAML(srv.URL(), a, freePort(t), "http://127.0.0.1:1"), breaks...)
 	if err := waitFor(daemonReady, func() error {
 		if code, body := get(d.admin, "/readyz"); code != 200 {
 			return fmt.Errorf("/readyz %d %s", code, body)
@@ -342,26 +324,19 @@ func closedForGoodCheck(t testing.TB, parts daemonParts) error {
 // A connection that nats.go closes for good stops the daemon with exit 1
 // and the cause (an orchestrator restarts it), never a silent zombie.
 func TestRunExitsWhenNATSClosesTheConnection(t *testing.T) {
-	parts := production
-	parts.natsOptions = withOption(abortOnAuthError)
-	if err := closedForGoodCheck(t, parts); err != nil {
+	if err := closedForGoodCheck(t, withOption(abortOnAuthError)); err != nil {
 		t.Fatal(err)
 	}
-	unnoticed := production
-	unnoticed.natsOptions = withOption(func(o *nats.Options) error {
-		o.IgnoreAuthErrorAbort, o.ClosedCB = false, nil
-		return nil
-	})
-	expectBrokenMain(t, "closed connection unnoticed", func(t testing.TB) error { return closedForGoodCheck(t, unnoticed) })
+	expectBrokenMain(t, "closed connection unnoticed", func(t testing.TB) error { return closedForGoodCheck(t, withOption(closedUnnoticed)) })
 }
 
 // Logs of the auth change are JSON lines only: nats.go's own handlers
 // print plain text unless replaced.
 func TestNATSCallbacksLogJSON(t *testing.T) {
-	check := func(t testing.TB, parts daemonParts) error {
+	check := func(t testing.TB, breaks ...daemonBreak) error {
 		srv := natstest.StartAuth(t, natstest.AuthToken)
 		a, b := srv.Creds(), srv.NewCreds(t)
-		d := startDaemon(t, daemonYAML(srv.URL(), a, freePort(t), "http://127.0.0.1:1"), parts)
+		d := startDaemon(t, daemonYAML(srv.URL(), a, freePort(t), "http://127.0.0.1:1"), breaks...)
 		if err := waitFor(daemonReady, func() error {
 			if !strings.Contains(d.logs.String(), "bridge running") {
 				return errors.New("not running")
@@ -391,14 +366,14 @@ func TestNATSCallbacksLogJSON(t *testing.T) {
 		}
 		return nil
 	}
-	if err := check(t, production); err != nil {
+	if err := check(t); err != nil {
 		t.Fatal(err)
 	}
 	// nats.go's defaults: no ErrorHandler (plain text on stderr, nothing in
 	// the structured log).
-	defaults := production
-	defaults.natsOptions = withOption(func(o *nats.Options) error { o.AsyncErrorCB = nil; return nil })
-	expectBrokenMain(t, "nats.go default error handler", func(t testing.TB) error { return check(t, defaults) })
+	expectBrokenMain(t, "nats.go default error handler", func(t testing.TB) error {
+		return check(t, withOption(func(o *nats.Options) error { o.AsyncErrorCB = nil; return nil }))
+	})
 }
 
 // Unusable credential and TLS files are configuration errors naming their
@@ -650,10 +625,10 @@ func TestAdminServerClosesSlowClients(t *testing.T) {
 // Credentials the server rejects at the first connection stop `bridge run`
 // at once with exit 1, the cause class, the URL and no secret.
 func TestRunFailsFastOnRejectedCredentials(t *testing.T) {
-	check := func(t testing.TB, parts daemonParts) error {
+	check := func(t testing.TB, breaks ...daemonBreak) error {
 		srv := natstest.StartAuth(t, natstest.AuthUserPassword)
 		wrong := srv.NewCreds(t)
-		d := startDaemon(t, daemonYAML(srv.URL(), wrong, freePort(t), "http://127.0.0.1:1"), parts)
+		d := startDaemon(t, daemonYAML(srv.URL(), wrong, freePort(t), "http://127.0.0.1:1"), breaks...)
 		if err := waitFor(exitWait, func() error {
 			if _, ok := d.exited(); !ok {
 				code, body := get(d.admin, "/readyz")
@@ -673,13 +648,11 @@ func TestRunFailsFastOnRejectedCredentials(t *testing.T) {
 		}
 		return nil
 	}
-	if err := check(t, production); err != nil {
+	if err := check(t); err != nil {
 		t.Fatal(err)
 	}
 	// The old connection: RetryOnFailedConnect hides the cause and retries.
-	retrying := production
-	retrying.natsOptions = withOption(nats.RetryOnFailedConnect(true))
-	expectBrokenMain(t, "retry on failed connect", func(t testing.TB) error { return check(t, retrying) })
+	expectBrokenMain(t, "retry on failed connect", func(t testing.TB) error { return check(t, withOption(nats.RetryOnFailedConnect(true))) })
 }
 
 // An unreachable server is waited for: /readyz names the redacted URL and
@@ -687,7 +660,7 @@ func TestRunFailsFastOnRejectedCredentials(t *testing.T) {
 func TestRunWaitsForUnreachableNATS(t *testing.T) {
 	addr := freePort(t)
 	admin := freePort(t)
-	d := startDaemon(t, daemonYAML("nats://u:url-secret-Zq8@"+addr, natstest.Creds{}, admin, "http://127.0.0.1:1"), production)
+	d := startDaemon(t, daemonYAML("nats://u:url-secret-Zq8@"+addr, natstest.Creds{}, admin, "http://127.0.0.1:1"))
 	if err := waitFor(daemonReady, func() error {
 		code, body := get(d.admin, "/readyz")
 		if code != 503 || !strings.Contains(body, "cannot reach NATS at nats://xxxxx@"+addr) || !strings.Contains(body, "refused") {
@@ -728,7 +701,7 @@ func TestRunWarns(t *testing.T) {
 	srv := natstest.Start(t)
 	yaml := strings.Replace(daemonYAML(srv.URL(), natstest.Creds{}, "0.0.0.0:0", "https://127.0.0.1:1"), "    timeout: 2s\n",
 		"    timeout: 2s\n    tls: {insecure_skip_verify: true}\n", 1)
-	d := startDaemon(t, yaml, production)
+	d := startDaemon(t, yaml)
 	for _, want := range []string{`"key":"destinations.sink.tls.insecure_skip_verify"`, `"key":"admin.listen"`} {
 		natstest.Eventually(t, 5*time.Second, func() error {
 			if !strings.Contains(d.logs.String(), want) {

@@ -87,84 +87,97 @@ func cmdRun(o runOptions, stdout, stderr io.Writer) error {
 		log.Info().Str("url", cfg.NATS.URL.RedactedURL()).
 			Msg("NATS server taken from $NATS_URL (nats.url is empty); unset NATS_URL to start the embedded server instead")
 	}
+	d, err := newDaemon(cfg, log, reloadSource{path: configPath(o.config), signals: hup})
+	if err != nil {
+		return err
+	}
 	ctx, stop := signalContext()
 	defer stop()
-	return runDaemon(ctx, cfg, log, production, reloadSource{path: configPath(o.config), signals: hup})
+	return d.run(ctx)
 }
 
-// daemonParts are the parts of `bridge run` that tests swap, one at a
-// time, for a deliberately broken variant; production is the only set the
-// command uses.
-type daemonParts struct {
-	// natsOptions builds the NATS client options; they are applied after
-	// the daemon's own ClosedHandler, so they may replace it.
-	natsOptions optionsFunc
-	// adminHandler serves the admin endpoints of a running bridge.
-	adminHandler func(*bridge.Bridge, prometheus.Gatherer) http.Handler
-	// adminTimeouts bound the admin server's connections.
-	adminTimeouts adminTimeouts
+// daemon is `bridge run` built from its configuration, not started: the
+// metrics registry, the admin endpoints and the NATS connection's client
+// options. run runs it once.
+type daemon struct {
+	cfg    *config.Config
+	log    zerolog.Logger
+	reload reloadSource
+	reg    *prometheus.Registry
+	state  processState
+	admin  *adminSwitch
+	// adminHandler is what the admin server serves: admin behind
+	// admin.token.
+	adminHandler http.Handler
+	conn         *natsConn // made by run
 }
 
-var production = daemonParts{
-	natsOptions:   natsOptions,
-	adminHandler:  (*bridge.Bridge).AdminHandler,
-	adminTimeouts: defaultAdminTimeouts,
+// newDaemon builds the daemon; its error is a configuration error (exit
+// 2).
+func newDaemon(cfg *config.Config, log zerolog.Logger, reload reloadSource) (*daemon, error) {
+	d := &daemon{cfg: cfg, log: log, reload: reload, reg: prometheus.NewRegistry()}
+	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registerProcessMetrics(d.reg, &d.state)
+	d.admin = newAdminSwitch(d.reg)
+	// The token guards the whole switch: /status and /metrics need it
+	// before the bridge exists too.
+	d.adminHandler = bridge.RequireToken(cfg.Admin.Token, d.admin)
+	conn, err := newNATSConn(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	d.conn = conn
+	return d, nil
 }
 
-// runDaemon runs the bridge until ctx ends (exit 0 after the drain) or its
+// run runs the bridge until ctx ends (exit 0 after the drain) or its
 // NATS connection is closed for good (the same drain as far as it goes,
 // then exit 1 with the cause). The admin endpoints answer from the start:
 // /readyz says why while the first connection is not made.
-func runDaemon(ctx context.Context, cfg *config.Config, log zerolog.Logger, parts daemonParts, reload reloadSource) error {
+func (d *daemon) run(ctx context.Context) error {
+	cfg, log := d.cfg, d.log
 	bi := buildinfo.Read()
 	log.Info().Str("version", bi.Version).Str("revision", bi.Revision).Bool("modified", bi.Modified).Msg("jetbridge starting")
 	for _, w := range configWarnings(cfg) {
 		log.Warn().Str("key", w.Key).Msg(w.Text)
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	var state processState
-	registerProcessMetrics(reg, &state)
 	reloadCtx, cancelReloads := context.WithCancel(ctx)
-	waitReloads := watchReloads(reloadCtx, reload, log, reg)
+	waitReloads := watchReloads(reloadCtx, d.reload, log, d.reg)
 	defer func() { cancelReloads(); waitReloads() }()
-	admin := newAdminSwitch(reg)
 	adminTLS, err := adminTLSConfig(cfg.Admin.TLS, log)
 	if err != nil {
 		return &exitError{Code: 2, Msg: err.Error()}
 	}
-	// The token guards the whole switch: /status and /metrics need it
-	// before the bridge exists too.
-	stopAdmin, err := serveAdminTLS(cfg.Admin.Listen, adminTLS, bridge.RequireToken(cfg.Admin.Token, admin), log, parts.adminTimeouts)
+	stopAdmin, err := serveAdminTLS(cfg.Admin.Listen, adminTLS, d.adminHandler, log, defaultAdminTimeouts)
 	if err != nil {
 		return err
 	}
 	defer stopAdmin()
 
-	conn, err := openNATSWith(ctx, cfg, log, parts.natsOptions, admin.setNotReady)
-	if err != nil || conn == nil {
+	conn := d.conn
+	if connected, err := conn.open(ctx, d.admin.setNotReady); err != nil || !connected {
 		return err // nil: a signal came before the first connection
 	}
 	defer conn.close()
-	state.nc.Store(conn.nc)
+	d.state.nc.Store(conn.nc)
 	if conn.srv != nil {
 		for _, w := range conn.srv.Warnings() {
 			log.Warn().Str("key", "nats.embedded.store_dir").Msg(w)
 		}
 	}
 
-	tp, err := startTracing(ctx, cfg, reg, log)
+	tp, err := startTracing(ctx, cfg, d.reg, log)
 	if err != nil {
 		return err
 	}
 	defer tp.Shutdown(0) // bounded: a dead collector delays the exit by at most 5 s
-	b, err := bridge.New(cfg, conn.js, bridge.Options{Logger: log, Registerer: reg, TracerProvider: tp.TracerProvider()})
+	b, err := bridge.New(cfg, conn.js, bridge.Options{Logger: log, Registerer: d.reg, TracerProvider: tp.TracerProvider()})
 	if err != nil {
 		return err
 	}
-	admin.setBridge(parts.adminHandler(b, reg))
+	d.admin.setBridge(b.AdminHandler(d.reg))
 	ready := b.Readiness
-	state.ready.Store(&ready)
+	d.state.ready.Store(&ready)
 
 	// A connection closed for good stops the bridge like a signal.
 	runCtx, cancel := context.WithCancel(ctx)

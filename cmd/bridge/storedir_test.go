@@ -35,7 +35,7 @@ destinations:
   d: {url: "http://127.0.0.1:1/"}
 routes:
   - {name: r, subjects: ["events.>"], destination: d}
-`, freePort(t), store, admin), production)
+`, freePort(t), store, admin))
 			if err := waitFor(20*time.Second, func() error {
 				if code, body := get(admin, "/readyz"); code != http.StatusOK {
 					return fmt.Errorf("/readyz %d %s", code, body)

@@ -3,13 +3,13 @@ package main
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/sotercare/jetbridge/config"
+	"github.com/sotercare/jetbridge/internal/cli"
 	"github.com/sotercare/jetbridge/tracing/export"
 )
 
@@ -17,21 +17,12 @@ import (
 // collector fails every batch), with the number of failures since the
 // last line.
 func exportErrorLog(log zerolog.Logger, every time.Duration) func(error) {
-	var (
-		mu     sync.Mutex
-		last   time.Time
-		failed int
-	)
+	th := &cli.Throttle{Interval: every}
 	return func(err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		failed++
-		if time.Since(last) < every {
-			return
-		}
-		log.Warn().Str("error", err.Error()).Int("failures", failed).Str("next_report_in", every.String()).
-			Msg("trace export failed; spans are dropped, deliveries are not affected")
-		last, failed = time.Now(), 0
+		th.Do("", func(_, suppressed int) { // one key: every failure is the same news
+			log.Warn().Str("error", err.Error()).Int("failures", suppressed+1).Str("next_report_in", every.String()).
+				Msg("trace export failed; spans are dropped, deliveries are not affected")
+		})
 	}
 }
 

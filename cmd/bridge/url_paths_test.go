@@ -64,7 +64,7 @@ routes:
 	}
 	expectBrokenMain(t, "log.url_paths on", func(t testing.TB) error { return checkOutput(t, true) })
 
-	d := startDaemon(t, yaml(false), production)
+	d := startDaemon(t, yaml(false))
 	for i, id := range []string{"ok-1", "rejected-2"} {
 		if err := publishWith(srv.URL(), natstest.Creds{}, id); err != nil {
 			t.Fatalf("publish %d: %v", i, err)

@@ -102,7 +102,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, limit
 
 func serve(ctx context.Context, listen, natsURL, root string, timeout time.Duration, limits sotercare.ServerLimits, log zerolog.Logger) error {
 	shown := config.Secret(natsURL).RedactedURL()
-	unreachable := &cli.FallingRate{}
+	unreachable := &cli.Throttle{}
 	nc, err := nats.Connect(natsURL,
 		nats.Name("sotercare"),
 		nats.RetryOnFailedConnect(true), // start without NATS; readings get 503 until it is there
@@ -113,13 +113,13 @@ func serve(ctx context.Context, listen, natsURL, root string, timeout time.Durat
 		nats.ReconnectBufSize(-1),
 		nats.ConnectHandler(func(*nats.Conn) { unreachable.Reset(); log.Info().Str("nats", shown).Msg("connected to NATS") }),
 		// While NATS cannot be reached (at start or after a loss), say so
-		// at once and then ever more rarely, with the cause.
+		// at once and then every cli.ThrottleInterval, with the cause.
 		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
 			cause := cli.ConnectCause(err, natsURL)
-			if n, ok := unreachable.Next(cause); ok {
+			unreachable.Do(cause, func(n, _ int) {
 				log.Warn().Str("nats", shown).Str("error", cause).Int("attempts", n).
 					Msg("cannot reach NATS; readings are answered 503 until it connects (set the server with -s/--server or $NATS_URL)")
-			}
+			})
 		}),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {

@@ -26,6 +26,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"golang.org/x/term"
+	"golang.org/x/time/rate"
 
 	"github.com/sotercare/jetbridge/internal/buildinfo"
 )
@@ -43,9 +45,6 @@ func (e *ExitError) Error() string { return e.Msg }
 func Usagef(format string, args ...any) error {
 	return &ExitError{Code: 2, Msg: fmt.Sprintf(format, args...)}
 }
-
-// Exit is an error with the given code; msg "" prints nothing more.
-func Exit(code int, msg string) error { return &ExitError{Code: code, Msg: msg} }
 
 // NewRoot returns the root command of a program: errors and usage are
 // printed by Execute (one line), the shell-completion command is left out,
@@ -291,10 +290,8 @@ func ServerFlag(fs *pflag.FlagSet, p *string, usage string, aliases ...string) {
 	}
 	prev := fs.GetNormalizeFunc()
 	fs.SetNormalizeFunc(func(f *pflag.FlagSet, name string) pflag.NormalizedName {
-		for _, a := range aliases {
-			if name == a {
-				return "server"
-			}
+		if slices.Contains(aliases, name) {
+			return "server"
 		}
 		return prev(f, name)
 	})
@@ -376,43 +373,57 @@ func CheckServers(raw string) error {
 	return nil
 }
 
-// FallingRate lets the 1st, 2nd, 4th, 8th... occurrence of the same
-// error through: an error repeated on every reconnect attempt (every half
-// second) is logged ever more rarely, with its count. The zero value is
-// ready.
-type FallingRate struct {
-	mu   sync.Mutex
-	last string
-	n    int
+// ThrottleInterval is how often a Throttle with no Interval lets the same
+// error through after its first occurrence.
+const ThrottleInterval = 30 * time.Second
+
+// Throttle logs an error that repeats on every reconnect attempt (every
+// half second or so) at its first occurrence and then at most once per
+// Interval (golang.org/x/time/rate.Sometimes), with the number of
+// occurrences so far and of those not logged since the last line; a
+// different error, or Reset, starts again. The zero value is ready and
+// uses ThrottleInterval.
+type Throttle struct {
+	Interval time.Duration
+
+	mu      sync.Mutex
+	last    string
+	n, seen int // occurrences of last; n when log last ran
+	s       *rate.Sometimes
 }
 
-// Next counts one occurrence of key (a different key starts again) and
-// reports whether to log it, with its count.
-func (f *FallingRate) Next(key string) (n int, log bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if key != f.last {
-		f.last, f.n = key, 0
+// Do counts one occurrence of key and, if it is let through, calls log
+// with n, the occurrences of key so far, and suppressed, those since the
+// last call of log that were not let through.
+func (t *Throttle) Do(key string, log func(n, suppressed int)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.s == nil || key != t.last {
+		every := t.Interval
+		if every <= 0 {
+			every = ThrottleInterval
+		}
+		t.last, t.n, t.seen, t.s = key, 0, 0, &rate.Sometimes{Interval: every}
 	}
-	f.n++
-	return f.n, f.n&(f.n-1) == 0
+	t.n++
+	t.s.Do(func() {
+		log(t.n, t.n-t.seen-1)
+		t.seen = t.n
+	})
 }
 
-// Reset forgets the count.
-func (f *FallingRate) Reset() {
-	f.mu.Lock()
-	f.last, f.n = "", 0
-	f.mu.Unlock()
+// Reset forgets the error and its count.
+func (t *Throttle) Reset() {
+	t.mu.Lock()
+	t.last, t.n, t.seen, t.s = "", 0, 0, nil
+	t.mu.Unlock()
 }
 
-// IsTerminal reports whether w is a terminal.
+// IsTerminal reports whether w is a terminal (an *os.File that
+// golang.org/x/term says is one).
 func IsTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 // WriteJSON writes v as one line of JSON (HTML characters not escaped).

@@ -17,11 +17,11 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 )
 
-// DefaultServerName is used when Options.ServerName is empty.
-const DefaultServerName = "jetbridge-embedded"
+// defaultServerName is used when Options.ServerName is empty.
+const defaultServerName = "jetbridge-embedded"
 
-// DefaultStartTimeout bounds Start when ctx carries no earlier deadline.
-const DefaultStartTimeout = 10 * time.Second
+// defaultStartTimeout bounds Start when ctx carries no earlier deadline.
+const defaultStartTimeout = 10 * time.Second
 
 // Errors returned by Start for invalid options. Match them with errors.Is.
 var (
@@ -69,9 +69,9 @@ func (e *StoreDirLockedError) Error() string {
 
 func (e *StoreDirLockedError) Is(target error) bool { return target == ErrStoreDirLocked }
 
-// errStartTimeout is the cause when DefaultStartTimeout ends Start; it
+// errStartTimeout is the cause when defaultStartTimeout ends Start; it
 // matches context.DeadlineExceeded like a caller's own deadline does.
-var errStartTimeout = fmt.Errorf("embedded: server not ready within %s: %w", DefaultStartTimeout, context.DeadlineExceeded)
+var errStartTimeout = fmt.Errorf("embedded: server not ready within %s: %w", defaultStartTimeout, context.DeadlineExceeded)
 
 // Options configure an embedded server. The zero value is not valid:
 // StoreDir is required.
@@ -93,7 +93,7 @@ type Options struct {
 	StoreDir string
 	// SyncAlways makes JetStream fsync after every write.
 	SyncAlways bool
-	// ServerName defaults to DefaultServerName.
+	// ServerName defaults to "jetbridge-embedded".
 	ServerName string
 	// Logf, if set, receives the server's notice, warning, error and fatal
 	// lines, each prefixed with its level ("[INF] ", "[WRN] ", "[ERR] ",
@@ -135,7 +135,7 @@ type Server struct {
 
 // Start validates opts, starts the server with JetStream and waits until it
 // accepts client connections. Startup is bounded by ctx and by
-// DefaultStartTimeout, whichever ends first; on any failure the partly
+// 10 s (defaultStartTimeout), whichever ends first; on any failure the partly
 // started server is shut down before Start returns.
 //
 // If the requested port is already in use the error is an *AddrInUseError
@@ -160,7 +160,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	}
 	name := opts.ServerName
 	if name == "" {
-		name = DefaultServerName
+		name = defaultServerName
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("embedded: start server %q: %w", name, context.Cause(ctx))
@@ -273,7 +273,7 @@ func run(ctx context.Context, ns *server.Server, logf func(string, ...any), name
 	log := &logAdapter{logf: logf}
 	ns.SetLoggerV2(log, false, false, false)
 
-	ctx, cancel := context.WithTimeoutCause(ctx, DefaultStartTimeout, errStartTimeout)
+	ctx, cancel := context.WithTimeoutCause(ctx, defaultStartTimeout, errStartTimeout)
 	defer cancel()
 
 	// ns.Start returns once the client listener is up (or failed).

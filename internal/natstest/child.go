@@ -12,9 +12,9 @@ import (
 	"time"
 )
 
-// ChildEnv is the environment variable that tells a re-executed test binary
+// childEnv is the environment variable that tells a re-executed test binary
 // which role it plays. It is empty in the parent.
-const ChildEnv = "JETBRIDGE_CHILD"
+const childEnv = "JETBRIDGE_CHILD"
 
 // childTestTimeout caps a child's lifetime (-test.timeout) in case the
 // parent dies without reaping it.
@@ -22,7 +22,7 @@ const childTestTimeout = 5 * time.Minute
 
 // ChildRole returns the role this process was started with by StartChild,
 // or "" in an ordinary (parent) test process.
-func ChildRole() string { return os.Getenv(ChildEnv) }
+func ChildRole() string { return os.Getenv(childEnv) }
 
 // Child is a copy of the test binary running one test as a child process.
 type Child struct {
@@ -60,7 +60,7 @@ func StartChild(t testing.TB, testName, role string, env ...string) *Child {
 		"-test.count=1",
 		"-test.timeout="+childTestTimeout.String(),
 	)
-	cmd.Env = append(append(os.Environ(), ChildEnv+"="+role), env...)
+	cmd.Env = append(append(os.Environ(), childEnv+"="+role), env...)
 	c := &Child{cmd: cmd, done: make(chan struct{})}
 	cmd.Stdout = &c.out
 	cmd.Stderr = &c.out

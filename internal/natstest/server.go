@@ -24,10 +24,9 @@ const startTimeout = 10 * time.Second
 type Option func(*options)
 
 type options struct {
-	storeDir   string
-	listen     string
-	syncAlways bool
-	logs       bool
+	storeDir string
+	listen   string
+	logs     bool
 }
 
 // WithStoreDir uses dir as the JetStream store dir instead of t.TempDir(),
@@ -38,10 +37,8 @@ func WithStoreDir(dir string) Option { return func(o *options) { o.storeDir = di
 // of a random port.
 func WithListen(hostPort string) Option { return func(o *options) { o.listen = hostPort } }
 
-// WithSyncAlways makes JetStream fsync after every write.
-func WithSyncAlways() Option { return func(o *options) { o.syncAlways = true } }
-
-// WithLogs sends the server's log lines to t.Logf (off by default).
+// WithLogs sends the server's log lines to t.Logf (off by default): a
+// debugging aid, used by no test as committed.
 func WithLogs() Option { return func(o *options) { o.logs = true } }
 
 // Server is an embedded JetStream server owned by one test.
@@ -68,7 +65,6 @@ func Start(t testing.TB, opts ...Option) *Server {
 	eopts := embedded.Options{
 		Listen:     o.listen,
 		StoreDir:   o.storeDir,
-		SyncAlways: o.syncAlways,
 		ServerName: uniqueName("natstest"), // ConnectPinned tells it from others
 	}
 	if o.logs {

@@ -25,10 +25,10 @@ const (
 	CodeBrokerUnavailable = "BROKER_UNAVAILABLE" // 503
 )
 
-// CorrelationHeader carries the correlation id: taken from the request
+// correlationHeader carries the correlation id: taken from the request
 // when it holds a usable one (1 to 128 visible ASCII characters), else a
 // new unique id; always echoed in the response.
-const CorrelationHeader = "X-Correlation-Id"
+const correlationHeader = "X-Correlation-Id"
 
 // DefaultPublishTimeout bounds the wait for JetStream's acknowledgement.
 const DefaultPublishTimeout = 5 * time.Second
@@ -59,15 +59,10 @@ type APIError struct {
 //	                     same eventId)
 //	GET  /api/v1/health  200 {"status":"UP"}
 func NewHandler(p *producer.Publisher, opts Options) http.Handler {
-	return newHandler(p, opts, decodeReading)
-}
-
-// newHandler is NewHandler reading request bodies with decode.
-func newHandler(p *producer.Publisher, opts Options, decode func(io.Reader) (Reading, error)) http.Handler {
 	if opts.PublishTimeout <= 0 {
 		opts.PublishTimeout = DefaultPublishTimeout
 	}
-	a := &api{p: p, opts: opts, decode: decode}
+	a := &api{p: p, opts: opts}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /api/v1/events", a.postEvent)
 	mux.HandleFunc("GET /api/v1/health", func(w http.ResponseWriter, _ *http.Request) {
@@ -77,20 +72,19 @@ func newHandler(p *producer.Publisher, opts Options, decode func(io.Reader) (Rea
 }
 
 type api struct {
-	p      *producer.Publisher
-	opts   Options
-	decode func(io.Reader) (Reading, error) // decodeReading
+	p    *producer.Publisher
+	opts Options
 }
 
 func (a *api) postEvent(w http.ResponseWriter, r *http.Request) {
-	cid := r.Header.Get(CorrelationHeader)
+	cid := r.Header.Get(correlationHeader)
 	if !usableCorrelationID(cid) {
 		cid = nuid.Next()
 	}
-	w.Header().Set(CorrelationHeader, cid)
+	w.Header().Set(correlationHeader, cid)
 	log := a.opts.Logger.With().Str("correlation_id", cid).Logger()
 
-	reading, err := a.decode(http.MaxBytesReader(w, r.Body, maxBody))
+	reading, err := decodeReading(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {
 		log.Info().Int("status", http.StatusBadRequest).Str("error", err.Error()).Msg("event refused")
 		writeJSON(w, http.StatusBadRequest, APIError{Code: CodeInvalidEvent, Message: err.Error()})

@@ -26,11 +26,12 @@ type apiEnv struct {
 
 func startAPI(t *testing.T, withStream bool) *apiEnv {
 	t.Helper()
-	return startAPIDecoding(t, withStream, decodeReading)
+	return startAPIWrapped(t, withStream, func(h http.Handler) http.Handler { return h })
 }
 
-// startAPIDecoding is startAPI with the handler reading bodies with decode.
-func startAPIDecoding(t *testing.T, withStream bool, decode func(io.Reader) (Reading, error)) *apiEnv {
+// startAPIWrapped is startAPI with the handler wrapped by wrap (a
+// negative control's broken variant).
+func startAPIWrapped(t *testing.T, withStream bool, wrap func(http.Handler) http.Handler) *apiEnv {
 	t.Helper()
 	srv := natstest.Start(t)
 	_, js := natstest.Connect(t, srv.URL(), nats.ReconnectBufSize(-1))
@@ -43,8 +44,8 @@ func startAPIDecoding(t *testing.T, withStream bool, decode func(io.Reader) (Rea
 			t.Fatal(err)
 		}
 	}
-	h := newHandler(producer.NewPublisher(js, "events"), Options{PublishTimeout: 2 * time.Second}, decode)
-	hs := httptest.NewServer(h)
+	h := NewHandler(producer.NewPublisher(js, "events"), Options{PublishTimeout: 2 * time.Second})
+	hs := httptest.NewServer(wrap(h))
 	t.Cleanup(hs.Close)
 	return &apiEnv{url: hs.URL, js: js}
 }
@@ -93,10 +94,10 @@ func TestPostEvent(t *testing.T) {
 	e := startAPI(t, true)
 	fall := `{"eventId":"fall-0001","deviceId":"bed-3","eventType":"fall","value":1,"unit":"boolean","timestamp":1735689600000}`
 
-	r := e.do(t, http.MethodPost, "/api/v1/events", fall, map[string]string{CorrelationHeader: "req-42"})
+	r := e.do(t, http.MethodPost, "/api/v1/events", fall, map[string]string{correlationHeader: "req-42"})
 	want := `{"eventId":"fall-0001","status":"accepted","severity":"critical","routedTo":"caregiver","stream":"EVENTS","seq":1,"correlationId":"req-42"}` + "\n"
-	if r.status != http.StatusAccepted || r.body != want || r.header.Get(CorrelationHeader) != "req-42" {
-		t.Fatalf("first post: %d %q (correlation %q), want 202 %q", r.status, r.body, r.header.Get(CorrelationHeader), want)
+	if r.status != http.StatusAccepted || r.body != want || r.header.Get(correlationHeader) != "req-42" {
+		t.Fatalf("first post: %d %q (correlation %q), want 202 %q", r.status, r.body, r.header.Get(correlationHeader), want)
 	}
 	stream, err := e.js.Stream(t.Context(), "EVENTS")
 	if err != nil {
@@ -118,15 +119,15 @@ func TestPostEvent(t *testing.T) {
 
 	// Without a usable X-Correlation-Id each request gets a new one.
 	ids := map[string]bool{}
-	for i, hdr := range []map[string]string{nil, {CorrelationHeader: "has space"}, {CorrelationHeader: strings.Repeat("x", 129)}} {
+	for i, hdr := range []map[string]string{nil, {correlationHeader: "has space"}, {correlationHeader: strings.Repeat("x", 129)}} {
 		body := strings.Replace(fall, "fall-0001", "fall-100"+string(rune('0'+i)), 1)
 		r := e.do(t, http.MethodPost, "/api/v1/events", body, hdr)
 		var rc Receipt
 		if err := json.Unmarshal([]byte(r.body), &rc); err != nil || r.status != http.StatusAccepted {
 			t.Fatalf("post %d: %d %q", i, r.status, r.body)
 		}
-		if rc.CorrelationID == "" || rc.CorrelationID != r.header.Get(CorrelationHeader) || ids[rc.CorrelationID] {
-			t.Fatalf("post %d: correlation id %q (header %q), seen before: %v", i, rc.CorrelationID, r.header.Get(CorrelationHeader), ids[rc.CorrelationID])
+		if rc.CorrelationID == "" || rc.CorrelationID != r.header.Get(correlationHeader) || ids[rc.CorrelationID] {
+			t.Fatalf("post %d: correlation id %q (header %q), seen before: %v", i, rc.CorrelationID, r.header.Get(correlationHeader), ids[rc.CorrelationID])
 		}
 		ids[rc.CorrelationID] = true
 	}
