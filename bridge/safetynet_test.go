@@ -67,7 +67,7 @@ func TestMaxDeliveriesAdvisoryWhileNoBridgeRuns(t *testing.T) {
 		// Three deliveries (max_deliver + 1) that nobody settles, as if the
 		// bridges receiving them had died.
 		leaveUnsettled(t, pre.routes[0].consumer(), 3)
-		adv, err := js.Stream(ctx, AdvisoryStreamName(cfg.DeadLetter))
+		adv, err := js.Stream(ctx, advisoryStreamName(cfg.DeadLetter))
 		if err != nil {
 			t.Fatal(err)
 		}
