@@ -2,6 +2,9 @@ package bridge
 
 import (
 	"context"
+	"errors"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -106,4 +109,28 @@ type nakInsteadOfAck struct{ jetstream.Msg }
 
 func (m nakInsteadOfAck) DoubleAck(context.Context) error {
 	return m.NakWithDelay(50 * time.Millisecond)
+}
+
+// failingFetches is a consumer whose fetches all fail; it records when
+// each was made.
+type failingFetches struct {
+	jetstream.Consumer
+	mu sync.Mutex
+	at []time.Time
+}
+
+func (c *failingFetches) Fetch(int, ...jetstream.FetchOpt) (jetstream.MessageBatch, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.at = append(c.at, time.Now())
+	return nil, errFetchRefused
+}
+
+var errFetchRefused = errors.New("fetch refused by the test")
+
+// calls are the times of the fetches made so far.
+func (c *failingFetches) calls() []time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.at)
 }

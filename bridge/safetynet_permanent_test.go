@@ -12,7 +12,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"golang.org/x/time/rate"
 
 	"github.com/sotercare/jetbridge/internal/natstest"
 	"github.com/sotercare/jetbridge/internal/sinktest"
@@ -356,19 +355,5 @@ func TestParseAdvisory(t *testing.T) {
 				t.Errorf("parsed %+v", adv)
 			}
 		})
-	}
-}
-
-func TestLogThrottle(t *testing.T) {
-	// Every third line: the throttle's own count of what it held back is
-	// under test, rate.Sometimes's schedule is the library's.
-	l := &logThrottle{s: rate.Sometimes{Every: 3}}
-	var got []string
-	for range 8 {
-		ok, held := l.allow()
-		got = append(got, fmt.Sprintf("%t/%d", ok, held))
-	}
-	if want := "[true/0 false/0 false/0 true/2 false/0 false/0 true/2 false/0]"; fmt.Sprint(got) != want {
-		t.Errorf("allow = %v, want %s", got, want)
 	}
 }
