@@ -72,7 +72,7 @@ func advisoryRetry() *backoff.ExponentialBackOff {
 }
 
 // fetchRetry is the schedule of the pauses after failed advisory fetches
-// in a row: 100 ms, doubling, up to 5 s.
+// in a row: 100 ms, doubling, up to 5 s (RandomizationFactor 0: exact).
 func fetchRetry() *backoff.ExponentialBackOff {
 	return &backoff.ExponentialBackOff{InitialInterval: 100 * time.Millisecond, Multiplier: 2, MaxInterval: 5 * time.Second}
 }
