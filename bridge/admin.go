@@ -18,8 +18,8 @@ import (
 	"github.com/sotercare/jetbridge/internal/buildinfo"
 )
 
-// RouteStatus is one route as /status shows it.
-type RouteStatus struct {
+// routeStatus is one route as /status shows it.
+type routeStatus struct {
 	Route       string `json:"route"`
 	Destination string `json:"destination"`
 	Pending     uint64 `json:"pending"`     // not yet delivered to any replica
@@ -34,9 +34,9 @@ type RouteStatus struct {
 	Error     string     `json:"error,omitempty"`
 }
 
-// DestinationStatus is one destination as /status shows it: its breaker
+// destinationStatus is one destination as /status shows it: its breaker
 // and its flow control (README "Flow control").
-type DestinationStatus struct {
+type destinationStatus struct {
 	Destination string `json:"destination"`
 	Breaker     string `json:"breaker"`
 	Held        int64  `json:"held"` // messages held by the open breaker
@@ -44,12 +44,12 @@ type DestinationStatus struct {
 	GateStatus
 }
 
-// DestinationStatuses is every destination's state, sorted by name.
-func (b *Bridge) DestinationStatuses() []DestinationStatus {
-	out := make([]DestinationStatus, 0, len(b.dests))
+// destinationStatuses is every destination's state, sorted by name.
+func (b *Bridge) destinationStatuses() []destinationStatus {
+	out := make([]destinationStatus, 0, len(b.dests))
 	for _, name := range b.cfg.DestinationNames() {
 		d := b.dests[name]
-		st := DestinationStatus{Destination: name, Breaker: d.state().String(), Held: d.held.Load(), GateStatus: d.gate.status()}
+		st := destinationStatus{Destination: name, Breaker: d.state().String(), Held: d.held.Load(), GateStatus: d.gate.status()}
 		if rl := b.cfg.Destinations[name].RateLimit; rl != nil {
 			st.RateLimit = fmt.Sprintf("%d per %s, burst %d", rl.Requests, rl.Per, rl.Burst)
 		}
@@ -58,19 +58,19 @@ func (b *Bridge) DestinationStatuses() []DestinationStatus {
 	return out
 }
 
-// Status is every route's consumer state and this bridge's own. The
+// routeStatuses is every route's consumer state and this bridge's own. The
 // consumer state comes from the readiness watch's lookups, never from a
-// lookup of its own: Status waits (until ctx ends) for a round of the
+// lookup of its own: routeStatuses waits (until ctx ends) for a round of the
 // watch that started after the call, which concurrent calls share, so
 // /status costs JetStream at most one lookup per route per
 // statusMinInterval however often it is requested. CheckedAt and InfoAge
 // say how old each route's state is (older when NATS cannot be reached).
-func (b *Bridge) Status(ctx context.Context) []RouteStatus {
+func (b *Bridge) routeStatuses(ctx context.Context) []routeStatus {
 	b.health.fresh(ctx)
 	now := time.Now()
-	out := make([]RouteStatus, 0, len(b.routes))
+	out := make([]routeStatus, 0, len(b.routes))
 	for _, r := range b.routes {
-		st := RouteStatus{Route: r.cfg.Name, Destination: r.dest.name, InFlight: r.load.inFlight.Load(), Breaker: r.dest.state().String()}
+		st := routeStatus{Route: r.cfg.Name, Destination: r.dest.name, InFlight: r.load.inFlight.Load(), Breaker: r.dest.state().String()}
 		info, at, lastErr := b.health.lastLookup(r)
 		switch {
 		case r.consumer() == nil:
@@ -124,7 +124,7 @@ func (b *Bridge) adminHandler(g prometheus.Gatherer, healthy, ready func() error
 		if err := ready(); err != nil {
 			state = err.Error()
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"ready": state, "build": buildinfo.Read(), "routes": b.Status(ctx), "destinations": b.DestinationStatuses()})
+		writeJSON(w, http.StatusOK, map[string]any{"ready": state, "build": buildinfo.Read(), "routes": b.routeStatuses(ctx), "destinations": b.destinationStatuses()})
 	})
 	if g != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))

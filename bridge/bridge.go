@@ -173,7 +173,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 		keepers.Go(func() { r.progressLoop(workersDone) })
 	}
 	loops.Go(func() { b.watchReadiness(ctx) })
-	loops.Go(func() { b.parts.safetyNet(b, ctx) })
+	loops.Go(func() { b.advisories(ctx) })
 	close(b.ready)
 	b.log.Info().Int("routes", len(b.routes)).Msg("bridge running")
 	loops.Wait()

@@ -366,9 +366,6 @@ func (f faults) parts() parts {
 			return ackMsg(ctx, m, connected)
 		}
 	}
-	if f.ignoreAdvisories {
-		p.safetyNet = func(*Bridge, context.Context) {}
-	}
 	if f.transportRetryStatuses {
 		p.transportRetryable = func(r *response, err error) bool { return isTransport(err) || is5xx(r, err) }
 	}
@@ -450,6 +447,7 @@ func (f faults) parts() parts {
 
 // tweak applies the broken values f names to a built bridge.
 func (f faults) tweak(b *Bridge) {
+	f.breakSafetyNet(b)
 	if f.maxDeliverOffByOne {
 		for _, r := range b.routes {
 			r.policy.MaxDeliver++

@@ -90,7 +90,7 @@ routes:
 	if handled.Load() != 1 {
 		t.Fatalf("the destination handled %d requests, want 1", handled.Load())
 	}
-	return failure, testutil.ToFloat64(m.requests.WithLabelValues("d", ClassTransport)),
+	return failure, testutil.ToFloat64(m.requests.WithLabelValues("d", classTransport)),
 		testutil.ToFloat64(m.requests.WithLabelValues("d", "2xx"))
 }
 

@@ -14,7 +14,7 @@ import (
 
 // HTTP request classes of bridge_http_requests_total.
 const (
-	ClassTransport = "transport"
+	classTransport = "transport"
 )
 
 // metrics are the Prometheus series listed in the README's metrics section. Their labels carry only
@@ -73,7 +73,7 @@ type severityMismatches struct {
 
 // destMetrics are one destination's per-try series.
 type destMetrics struct {
-	classes  [6]prometheus.Counter // by status/100: 0 is ClassTransport, 2 to 5 are 2xx to 5xx, 1 is nil
+	classes  [6]prometheus.Counter // by status/100: 0 is classTransport, 2 to 5 are 2xx to 5xx, 1 is nil
 	duration prometheus.Observer
 }
 
@@ -113,7 +113,7 @@ func newMetrics(reg prometheus.Registerer, cfg *config.Config) (*metrics, error)
 		}, []string{"route"}),
 		safetyNet: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bridge_safety_net_failures_total",
-			Help: "MAX_DELIVERIES advisories the safety net gave up on as permanent failures (" + strings.Join(safetyNetReasons, ", ") + "); the message stays in the source stream.",
+			Help: "MAX_DELIVERIES advisories the safety net gave up on as permanent failures (" + joinReasons(safetyNetReasons) + "); the message stays in the source stream.",
 		}, []string{"reason"}),
 		concurrencyLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "bridge_destination_concurrency_limit",
@@ -198,7 +198,7 @@ func newMetrics(reg prometheus.Registerer, cfg *config.Config) (*metrics, error)
 		m.idempotencyErrors.WithLabelValues(r.Name)
 	}
 	for _, reason := range safetyNetReasons {
-		m.safetyNet.WithLabelValues(reason)
+		m.safetyNet.WithLabelValues(string(reason))
 	}
 	for name := range cfg.Destinations {
 		dm := &destMetrics{duration: m.duration.WithLabelValues(name)}
@@ -219,6 +219,18 @@ func newMetrics(reg prometheus.Registerer, cfg *config.Config) (*metrics, error)
 	return m, nil
 }
 
+// joinReasons lists reasons for a metric's help.
+func joinReasons[R ~string](reasons []R) string {
+	var b strings.Builder
+	for i, r := range reasons {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(string(r))
+	}
+	return b.String()
+}
+
 // observeTry records one HTTP try: status 0 means no response.
 func (m *metrics) observeTry(dest string, status int, took time.Duration) {
 	dm := m.destChildren[dest]
@@ -235,7 +247,7 @@ func (m *metrics) observeTry(dest string, status int, took time.Duration) {
 // (status 0), else "2xx", "5xx"...
 func tryClass(status int) string {
 	if status <= 0 {
-		return ClassTransport
+		return classTransport
 	}
 	return strconv.Itoa(status/100) + "xx"
 }

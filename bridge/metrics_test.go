@@ -103,12 +103,12 @@ routes:
 	}
 	_, body := get(t, admin.URL+"/status")
 	var status struct {
-		Routes []RouteStatus `json:"routes"`
+		Routes []routeStatus `json:"routes"`
 	}
 	if err := json.Unmarshal([]byte(body), &status); err != nil {
 		t.Fatalf("/status: %v: %s", err, body)
 	}
-	byRoute := map[string]RouteStatus{}
+	byRoute := map[string]routeStatus{}
 	for _, r := range status.Routes {
 		byRoute[r.Route] = r
 	}

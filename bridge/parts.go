@@ -57,11 +57,6 @@ type parts struct {
 	// names on the dead-letter stream another than the dead letter sent,
 	// "" when it is this one (see deadletter_store.go).
 	deadLetterMismatch func(stored *jetstream.RawStreamMsg, sent *nats.Msg) string
-	// classifyAdvisory decides whether a safety-net failure is permanent.
-	classifyAdvisory advisoryClassifier
-	// safetyNet processes the stored MAX_DELIVERIES advisories until ctx
-	// ends (Bridge.advisories).
-	safetyNet func(b *Bridge, ctx context.Context)
 	// overlap is how many free slots a route waits for before it makes a
 	// pull while another is still open (pull.go).
 	overlap func(maxInFlight int) int
@@ -97,8 +92,6 @@ func defaultParts() parts {
 		ack:              ackMsg,
 		reservations:     newReservations,
 		shrinkDeadLetter: shrinkDeadLetter,
-		classifyAdvisory: classifyAdvisoryFailure,
-		safetyNet:        (*Bridge).advisories,
 		overlap:          overlapSlots,
 		pullHeartbeat:    pullHeartbeat,
 		keepContext:      keepContext,

@@ -48,7 +48,7 @@ func (b *Bridge) Provision(ctx context.Context) error {
 		if err := ensureStream(ctx, b.js, advisoryStreamConfig(b.cfg.DeadLetter, sc.Name), b.warnDiffers); err != nil {
 			return err
 		}
-		cons, err := b.js.CreateOrUpdateConsumer(ctx, AdvisoryStreamName(b.cfg.DeadLetter), jetstream.ConsumerConfig{
+		cons, err := b.js.CreateOrUpdateConsumer(ctx, advisoryStreamName(b.cfg.DeadLetter), jetstream.ConsumerConfig{
 			Durable:     advisoryConsumer,
 			Description: "jetbridge: dead-letters what JetStream gave up on",
 			AckPolicy:   jetstream.AckExplicitPolicy,
@@ -57,7 +57,7 @@ func (b *Bridge) Provision(ctx context.Context) error {
 		b.advisoryCons = cons
 		return err
 	}); err != nil {
-		return fmt.Errorf("bridge: advisory stream %s: %w", AdvisoryStreamName(b.cfg.DeadLetter), err)
+		return fmt.Errorf("bridge: advisory stream %s: %w", advisoryStreamName(b.cfg.DeadLetter), err)
 	}
 	if b.needsIdempotency() {
 		var kv jetstream.KeyValue

@@ -111,7 +111,7 @@ const lookupFailuresNotReady = 3
 const statusMinInterval = 500 * time.Millisecond
 
 // readiness holds what the readiness watch found; Readiness reports it,
-// and Status shows each route's last consumer lookup.
+// and routeStatuses shows each route's last consumer lookup.
 type readiness struct {
 	mu         sync.Mutex
 	stream     string // why the source stream is unusable; "" when it is fine
@@ -119,12 +119,12 @@ type readiness struct {
 	streamGone bool   // the source stream was seen missing: its consumers went with it
 	routes     map[*route]*routeHealth
 
-	// Rounds of the watch, for Status (see fresh).
+	// Rounds of the watch, for routeStatuses (see fresh).
 	watching  bool          // the watch runs
 	started   uint64        // rounds started
 	finished  uint64        // rounds finished
 	roundDone chan struct{} // closed when a round finishes (or the watch stops), then replaced
-	kick      chan struct{} // a Status asks for a round; buffered, one pending at most
+	kick      chan struct{} // a /status request asks for a round; buffered, one pending at most
 }
 
 // routeHealth counts a route's consecutive failed consumer lookups and
@@ -145,7 +145,7 @@ func newReadiness(routes []*route) *readiness {
 }
 
 // setWatching records whether the watch runs; when it stops, waiting
-// Status calls are released.
+// routeStatuses calls are released.
 func (h *readiness) setWatching(on bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -172,10 +172,10 @@ func (h *readiness) endRound() {
 
 // fresh waits, until ctx ends, for a round of the watch that started
 // after fresh was called, asking the watch for one: the consumer state
-// Status shows is then no older than the request, while any number of
+// routeStatuses shows is then no older than the request, while any number of
 // concurrent callers share the same round (and rounds start at most once
 // per statusMinInterval). It returns at once when the watch is not
-// running (before Run or after it stopped): Status then shows the last
+// running (before Run or after it stopped): routeStatuses then shows the last
 // lookups with their age.
 func (h *readiness) fresh(ctx context.Context) {
 	h.mu.Lock()
@@ -246,7 +246,7 @@ func (h *readiness) reason(routes []*route) error {
 // routes' consumers, which were deleted with it, are created again: the
 // new stream's messages are then delivered.
 //
-// The same lookups serve /status (see Status): a Status call asks for a
+// The same lookups serve /status (see routeStatuses): a request asks for a
 // round (a kick), which starts at once unless the previous round started
 // less than statusMinInterval ago.
 func (b *Bridge) watchReadiness(ctx context.Context) {

@@ -8,8 +8,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"golang.org/x/time/rate"
 
 	"github.com/sotercare/jetbridge/config"
 	"github.com/sotercare/jetbridge/deadletter"
@@ -46,10 +48,6 @@ import (
 const (
 	maxDeliveriesPrefix = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES."
 	advisoryConsumer    = "jetbridge"
-	// advisoryRetry is the first retry delay of an advisory; it doubles with
-	// every delivery of the advisory up to advisoryMaxRetry.
-	advisoryRetry    = 5 * time.Second
-	advisoryMaxRetry = 5 * time.Minute
 	// maxAdvisoryBytes bounds the JSON read: real advisories are under 1 KiB.
 	maxAdvisoryBytes = 64 << 10
 	// maxNameLen bounds the stream and consumer names an advisory may carry.
@@ -67,25 +65,42 @@ const (
 	maxNotRunLogged = 1024
 )
 
-// Safety-net failure reasons: the reason label of
-// bridge_safety_net_failures_total.
+// advisoryRetry is the schedule of an advisory's retries: 5 s, doubling
+// with every delivery of the advisory, up to 5 min (see advisoryBackoff).
+func advisoryRetry() *backoff.ExponentialBackOff {
+	return &backoff.ExponentialBackOff{InitialInterval: 5 * time.Second, Multiplier: 2, MaxInterval: 5 * time.Minute}
+}
+
+// fetchRetry is the schedule of the pauses after failed advisory fetches
+// in a row: 100 ms, doubling, up to 5 s (RandomizationFactor 0: exact).
+func fetchRetry() *backoff.ExponentialBackOff {
+	return &backoff.ExponentialBackOff{InitialInterval: 100 * time.Millisecond, Multiplier: 2, MaxInterval: 5 * time.Second}
+}
+
+// safetyNetReason is why the safety net gave up on an advisory: the reason
+// label of bridge_safety_net_failures_total.
+type safetyNetReason string
+
+// The safety-net failure reasons.
 const (
-	SafetyNetInvalidAdvisory   = "invalid-advisory"    // oversized, not JSON, or fields missing, malformed or inconsistent with its subject
-	SafetyNetForeignStream     = "foreign-stream"      // names a stream that is not stream.name
-	SafetyNetConsumerGone      = "consumer-gone"       // names a route this replica does not run whose consumer no longer exists
-	SafetyNetMessageGone       = "message-gone"        // the message is no longer in the source stream
-	SafetyNetDeadLetterRefused = "dead-letter-refused" // refused for size or format even without payload and original headers
+	safetyNetInvalidAdvisory   safetyNetReason = "invalid-advisory"    // oversized, not JSON, or fields missing, malformed or inconsistent with its subject
+	safetyNetForeignStream     safetyNetReason = "foreign-stream"      // names a stream that is not stream.name
+	safetyNetConsumerGone      safetyNetReason = "consumer-gone"       // names a route this replica does not run whose consumer no longer exists
+	safetyNetMessageGone       safetyNetReason = "message-gone"        // the message is no longer in the source stream
+	safetyNetDeadLetterRefused safetyNetReason = "dead-letter-refused" // refused for size or format even without payload and original headers
 )
 
-var safetyNetReasons = []string{SafetyNetInvalidAdvisory, SafetyNetForeignStream, SafetyNetConsumerGone,
-	SafetyNetMessageGone, SafetyNetDeadLetterRefused}
+// safetyNetReasons are every safetyNetReason, in the order the metric's
+// help lists them.
+var safetyNetReasons = []safetyNetReason{safetyNetInvalidAdvisory, safetyNetForeignStream, safetyNetConsumerGone,
+	safetyNetMessageGone, safetyNetDeadLetterRefused}
 
-// AdvisoryStreamName is the stream that keeps the MAX_DELIVERIES advisories.
-func AdvisoryStreamName(dl config.DeadLetter) string { return dl.Stream + "_ADVISORIES" }
+// advisoryStreamName is the stream that keeps the MAX_DELIVERIES advisories.
+func advisoryStreamName(dl config.DeadLetter) string { return dl.Stream + "_ADVISORIES" }
 
 func advisoryStreamConfig(dl config.DeadLetter, source string) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
-		Name:        AdvisoryStreamName(dl),
+		Name:        advisoryStreamName(dl),
 		Description: "jetbridge: MAX_DELIVERIES advisories of " + source + " consumers",
 		Subjects:    []string{maxDeliveriesPrefix + source + ".*"},
 		Retention:   jetstream.WorkQueuePolicy,
@@ -144,83 +159,73 @@ func validName(s string) bool {
 
 // advisoryVerdict is what the safety net does after a failure.
 type advisoryVerdict struct {
-	Reason string        // permanent: a SafetyNet* reason; empty: transient
-	Delay  time.Duration // transient: the NakWithDelay delay
-	Log    bool          // transient: log this retry
+	reason safetyNetReason // permanent: why; empty: transient
+	delay  time.Duration   // transient: the NakWithDelay delay
+	log    bool            // transient: log this retry
 }
 
-// advisoryClassifier decides permanent or transient for a failure of an
-// advisory delivered for the delivered-th time (classifyAdvisoryFailure;
-// see parts).
-type advisoryClassifier func(err error, delivered uint64) advisoryVerdict
-
-// classifyAdvisoryFailure: every failure retrying can never cure is
-// permanent; anything else (NATS unavailable, a timeout, a stream leader
-// election) is transient and retried after advisoryBackoff.
+// classifyAdvisoryFailure decides permanent or transient for a failure of
+// an advisory delivered for the delivered-th time: every failure retrying
+// can never cure is permanent; anything else (NATS unavailable, a timeout,
+// a stream leader election) is transient and retried after
+// advisoryBackoff.
 func classifyAdvisoryFailure(err error, delivered uint64) advisoryVerdict {
 	switch {
 	case errors.Is(err, errInvalidAdvisory):
-		return advisoryVerdict{Reason: SafetyNetInvalidAdvisory}
+		return advisoryVerdict{reason: safetyNetInvalidAdvisory}
 	case errors.Is(err, errForeignStream):
-		return advisoryVerdict{Reason: SafetyNetForeignStream}
+		return advisoryVerdict{reason: safetyNetForeignStream}
 	case errors.Is(err, jetstream.ErrConsumerNotFound):
-		return advisoryVerdict{Reason: SafetyNetConsumerGone}
+		return advisoryVerdict{reason: safetyNetConsumerGone}
 	case errors.Is(err, jetstream.ErrMsgNotFound), errors.Is(err, jetstream.ErrStreamNotFound):
-		return advisoryVerdict{Reason: SafetyNetMessageGone}
+		return advisoryVerdict{reason: safetyNetMessageGone}
 	case errors.Is(err, ErrDeadLetterRefused):
-		return advisoryVerdict{Reason: SafetyNetDeadLetterRefused}
+		return advisoryVerdict{reason: safetyNetDeadLetterRefused}
 	}
-	return advisoryVerdict{Delay: advisoryBackoff(delivered), Log: delivered <= 1 || delivered%transientLogEvery == 0}
+	return advisoryVerdict{delay: advisoryBackoff(delivered), log: delivered <= 1 || delivered%transientLogEvery == 0}
 }
 
-// advisoryBackoff is the retry delay of an advisory delivered n times:
-// advisoryRetry doubling up to advisoryMaxRetry.
-func advisoryBackoff(n uint64) time.Duration {
-	if n < 1 {
-		n = 1
-	}
-	return min(advisoryRetry<<min(n-1, 16), advisoryMaxRetry)
-}
+// advisoryBackoff is the retry delay of an advisory delivered n times: the
+// n-th delay of advisoryRetry. The server keeps n (the advisory's delivery
+// count), so the delay keeps growing across restarts.
+func advisoryBackoff(n uint64) time.Duration { return nthBackOff(advisoryRetry(), n) }
 
-// logLimiter lets a line through at most once per every; it counts the
-// lines it held back.
-type logLimiter struct {
-	every      time.Duration
-	last       time.Time
-	suppressed int
-}
-
-// allow reports whether a line may be logged at now, and how many were held
-// back since the last one.
-func (l *logLimiter) allow(now time.Time) (bool, int) {
-	if !l.last.IsZero() && now.Sub(l.last) < l.every {
-		l.suppressed++
-		return false, 0
+// nthBackOff is the n-th delay (1-based; 0 counts as 1) of b without
+// randomization: what its n-th NextBackOff after a Reset returns (b is
+// reset, and its RandomizationFactor set to 0). It stops early once the
+// delays stop growing (the cap, or a multiplier of 1), so any n is cheap.
+func nthBackOff(b *backoff.ExponentialBackOff, n uint64) time.Duration {
+	b.RandomizationFactor = 0
+	b.Reset()
+	d := b.NextBackOff()
+	for i := uint64(1); i < n; i++ {
+		next := b.NextBackOff()
+		if next == d { // its state is the delay alone: a fixed point stays
+			break
+		}
+		d = next
 	}
-	n := l.suppressed
-	l.last, l.suppressed = now, 0
-	return true, n
+	return d
 }
 
 // safetyNet is the state of the advisory loop; one goroutine owns it.
 type safetyNet struct {
-	b        *Bridge
-	log      zerolog.Logger
-	classify advisoryClassifier
-	notRun   map[string]struct{} // consumers already logged as run by another replica
-	fetch    logLimiter          // failed fetches
+	b      *Bridge
+	log    zerolog.Logger
+	notRun map[string]struct{} // consumers already logged as run by another replica
+	fetch  *logThrottle        // failed fetches
 }
 
 // advisories processes the stored advisories until ctx ends.
 func (b *Bridge) advisories(ctx context.Context) {
 	cons := b.advisoryCons
 	n := &safetyNet{
-		b:        b,
-		log:      b.log.With().Str("component", "max-deliveries").Logger(),
-		classify: b.parts.classifyAdvisory,
-		notRun:   make(map[string]struct{}),
-		fetch:    logLimiter{every: fetchLogEvery},
+		b:      b,
+		log:    b.log.With().Str("component", "max-deliveries").Logger(),
+		notRun: make(map[string]struct{}),
+		fetch:  &logThrottle{s: rate.Sometimes{Interval: fetchLogEvery}},
 	}
+	pause := fetchRetry()
 	failures := 0
 	for ctx.Err() == nil {
 		fctx, cancel := context.WithTimeout(ctx, fetchWait)
@@ -228,11 +233,11 @@ func (b *Bridge) advisories(ctx context.Context) {
 		if err != nil {
 			cancel()
 			failures++
-			if ok, suppressed := n.fetch.allow(time.Now()); ok {
+			if ok, suppressed := n.fetch.allow(); ok {
 				n.log.Warn().Int("failures", failures).Int("suppressed", suppressed).Str("error", err.Error()).
 					Msg("advisory fetch failed")
 			}
-			sleep(ctx, retryPause(failures))
+			sleep(ctx, pause.NextBackOff())
 			continue
 		}
 		for m := range batch.Messages() {
@@ -240,6 +245,7 @@ func (b *Bridge) advisories(ctx context.Context) {
 		}
 		cancel()
 		failures = 0
+		pause.Reset()
 	}
 }
 
@@ -313,22 +319,22 @@ func (n *safetyNet) notOurs(ctx context.Context, m jetstream.Msg, adv maxDeliver
 // says: a permanent failure is logged once, counted and acked; a transient
 // one is nak'ed with a growing delay and logged at a falling rate.
 func (n *safetyNet) failed(ctx context.Context, m jetstream.Msg, err error, delivered uint64, log zerolog.Logger) {
-	v := n.classify(err, delivered)
-	if v.Reason != "" {
-		n.b.m.safetyNet.WithLabelValues(v.Reason).Inc()
-		log.Error().Str("reason", v.Reason).Str("error", err.Error()).
+	v := classifyAdvisoryFailure(err, delivered)
+	if v.reason != "" {
+		n.b.m.safetyNet.WithLabelValues(string(v.reason)).Inc()
+		log.Error().Str("reason", string(v.reason)).Str("error", err.Error()).
 			Msg("safety net: permanent failure, advisory dropped; the message (if any) stays in the source stream at stream_seq")
 		_ = m.DoubleAck(ctx)
 		return
 	}
-	if v.Log {
-		log.Warn().Str("error", err.Error()).Uint64("advisory_deliveries", delivered).Str("retry_in", v.Delay.String()).
+	if v.log {
+		log.Warn().Str("error", err.Error()).Uint64("advisory_deliveries", delivered).Str("retry_in", v.delay.String()).
 			Msg("safety net: dead letter not stored yet; advisory kept for a retry")
 	} else {
-		log.Debug().Str("error", err.Error()).Uint64("advisory_deliveries", delivered).Str("retry_in", v.Delay.String()).
+		log.Debug().Str("error", err.Error()).Uint64("advisory_deliveries", delivered).Str("retry_in", v.delay.String()).
 			Msg("safety net: still failing; advisory kept for a retry")
 	}
-	_ = m.NakWithDelay(v.Delay)
+	_ = m.NakWithDelay(v.delay)
 }
 
 // routeNamed is the route this replica runs under that name, or nil.

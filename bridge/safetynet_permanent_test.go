@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -16,19 +17,11 @@ import (
 	"github.com/sotercare/jetbridge/internal/sinktest"
 )
 
-// oldClassification is the safety net before failures were classified:
-// every failure is retried (every advisoryRetry then; 50 ms here, so the
-// negative controls stay short) and logged every time.
+// oldClassification is the classifier of the safety net before failures
+// were classified: every failure is retried (every 5 s then; 50 ms here, so
+// the negative controls stay short) and logged every time.
 func oldClassification(error, uint64) advisoryVerdict {
-	return advisoryVerdict{Delay: 50 * time.Millisecond, Log: true}
-}
-
-func withClassifier(c advisoryClassifier) func(*Bridge) {
-	return func(b *Bridge) {
-		if c != nil {
-			b.parts.classifyAdvisory = c
-		}
-	}
+	return advisoryVerdict{delay: 50 * time.Millisecond, log: true}
 }
 
 // checkPermanent waits until the safety net has given up on n advisories
@@ -36,16 +29,18 @@ func withClassifier(c advisoryClassifier) func(*Bridge) {
 // than that (the sign of retries), then checks that each was logged exactly
 // once at error level (lines holding every one of match), counted once and
 // acked, and that no other reason was counted.
-func checkPermanent(h *harness, reason string, n int, match ...string) error {
+func checkPermanent(h *harness, reason safetyNetReason, n int, match ...string) error {
 	ctx := context.Background()
 	advisories := func() uint64 {
-		s, err := h.js.Stream(ctx, AdvisoryStreamName(h.cfg.DeadLetter))
+		s, err := h.js.Stream(ctx, advisoryStreamName(h.cfg.DeadLetter))
 		if err != nil {
 			return 1 << 62
 		}
 		return s.CachedInfo().State.Msgs
 	}
-	counted := func(r string) int { return int(testutil.ToFloat64(h.b.m.safetyNet.WithLabelValues(r))) }
+	counted := func(r safetyNetReason) int {
+		return int(testutil.ToFloat64(h.b.m.safetyNet.WithLabelValues(string(r))))
+	}
 	lines := func() int {
 		return logLines(h.logs.String(), append([]string{`"component":"max-deliveries"`}, match...)...)
 	}
@@ -67,7 +62,7 @@ func checkPermanent(h *harness, reason string, n int, match ...string) error {
 	if got := lines(); got != n {
 		errs = append(errs, fmt.Errorf("%d log lines about it, want exactly %d", got, n))
 	}
-	want := append([]string{`"component":"max-deliveries"`, `"level":"error"`, `"reason":"` + reason + `"`}, match...)
+	want := append([]string{`"component":"max-deliveries"`, `"level":"error"`, `"reason":"` + string(reason) + `"`}, match...)
 	if got := logLines(h.logs.String(), want...); got != n {
 		errs = append(errs, fmt.Errorf("%d error lines with reason %s, want %d", got, reason, n))
 	}
@@ -93,7 +88,7 @@ func messageStillStored(h *harness, seq uint64) error {
 // sequence, counted once, advisory acked; the message stays in the source
 // stream.
 func TestSafetyNetDeadLetterRefusedIsPermanent(t *testing.T) {
-	check := func(t testing.TB, c advisoryClassifier) error {
+	check := func(t testing.TB, tweak func(*Bridge)) error {
 		sink := sinktest.New(t, sinktest.Always(400))
 		cfg := testConfig(t, `
 destinations:
@@ -101,10 +96,10 @@ destinations:
 routes:
   - {name: r, subjects: ["events.>"], destination: d, max_deliver: 2, ack_wait: 1s, backoff: [10ms]}
 `, sink.URL())
-		h := startTweaked(t, natstest.Start(t), cfg, withClassifier(c))
+		h := startTweaked(t, natstest.Start(t), cfg, tweak)
 		setDLQMaxMsgSize(t, h.js, cfg.DeadLetter.Stream, 64)
 		seq := h.publish("events.info.x", "e1", []byte(`{"n":1}`), nil)
-		if err := checkPermanent(h, SafetyNetDeadLetterRefused, 1, fmt.Sprintf(`"stream_seq":%d`, seq), `"route":"r"`); err != nil {
+		if err := checkPermanent(h, safetyNetDeadLetterRefused, 1, fmt.Sprintf(`"stream_seq":%d`, seq), `"route":"r"`); err != nil {
 			return err
 		}
 		if dl := h.deadLetters(); len(dl) != 0 {
@@ -118,7 +113,7 @@ routes:
 	if err := check(t, nil); err != nil {
 		t.Fatal(err)
 	}
-	expectBroken(t, "every failure retried", func(t testing.TB) error { return check(t, oldClassification) })
+	expectBroken(t, "every failure retried", func(t testing.TB) error { return check(t, retryPermanentAdvisories) })
 }
 
 // An advisory for a route that this replica does not run and whose
@@ -126,7 +121,7 @@ routes:
 // the stream sequence (the message stays in the source stream, where an
 // operator can recover it), counted once, acked.
 func TestSafetyNetConsumerGoneIsPermanent(t *testing.T) {
-	check := func(t testing.TB, c advisoryClassifier) error {
+	check := func(t testing.TB, tweak func(*Bridge)) error {
 		sink := sinktest.New(t, sinktest.Always(200))
 		const routes = `
 destinations:
@@ -148,7 +143,7 @@ routes:
 		}
 		cons := pre.routes[1].consumer()
 		leaveUnsettled(t, cons, 3)
-		advStream, err := js.Stream(ctx, AdvisoryStreamName(pre.cfg.DeadLetter))
+		advStream, err := js.Stream(ctx, advisoryStreamName(pre.cfg.DeadLetter))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -165,8 +160,8 @@ routes:
 			t.Fatal(err)
 		}
 
-		h := startTweaked(t, srv, testConfig(t, routes, sink.URL()), withClassifier(c))
-		if err := checkPermanent(h, SafetyNetConsumerGone, 1, fmt.Sprintf(`"stream_seq":%d`, ack.Sequence), `"consumer":"other"`); err != nil {
+		h := startTweaked(t, srv, testConfig(t, routes, sink.URL()), tweak)
+		if err := checkPermanent(h, safetyNetConsumerGone, 1, fmt.Sprintf(`"stream_seq":%d`, ack.Sequence), `"consumer":"other"`); err != nil {
 			return err
 		}
 		if dl := h.deadLetters(); len(dl) != 0 {
@@ -177,7 +172,7 @@ routes:
 	if err := check(t, nil); err != nil {
 		t.Fatal(err)
 	}
-	expectBroken(t, "every failure retried", func(t testing.TB) error { return check(t, oldClassification) })
+	expectBroken(t, "every failure retried", func(t testing.TB) error { return check(t, retryPermanentAdvisories) })
 }
 
 // The advisory stream is untrusted input: anything that can publish on the
@@ -186,10 +181,10 @@ routes:
 // logged once (without their content), counted and acked; nothing is
 // dead-lettered.
 func TestSafetyNetForgedAdvisoriesArePermanent(t *testing.T) {
-	check := func(t testing.TB, c advisoryClassifier) error {
+	check := func(t testing.TB, tweak func(*Bridge)) error {
 		sink := sinktest.New(t, sinktest.Always(200))
 		cfg := testConfig(t, maxDeliverRoute, sink.URL(), 2)
-		h := startTweaked(t, natstest.Start(t), cfg, withClassifier(c))
+		h := startTweaked(t, natstest.Start(t), cfg, tweak)
 		seq := h.publish("events.info.x", "e1", []byte(`{}`), nil)
 		h.waitOutcomes(1, settleWait, nil)
 		subject := maxDeliveriesPrefix + cfg.Stream.Name + ".r"
@@ -205,7 +200,7 @@ func TestSafetyNetForgedAdvisoriesArePermanent(t *testing.T) {
 				t.Fatalf("forge advisory: %v", err)
 			}
 		}
-		if err := checkPermanent(h, SafetyNetInvalidAdvisory, len(forged)); err != nil {
+		if err := checkPermanent(h, safetyNetInvalidAdvisory, len(forged)); err != nil {
 			return err
 		}
 		if strings.Contains(h.logs.String(), "zzzz") {
@@ -219,22 +214,22 @@ func TestSafetyNetForgedAdvisoriesArePermanent(t *testing.T) {
 	if err := check(t, nil); err != nil {
 		t.Fatal(err)
 	}
-	expectBroken(t, "every failure retried", func(t testing.TB) error { return check(t, oldClassification) })
+	expectBroken(t, "every failure retried", func(t testing.TB) error { return check(t, retryPermanentAdvisories) })
 }
 
 // classifyCases is the classification every safety-net failure must get.
 var classifyCases = []struct {
 	name string
 	err  error
-	want string // permanent reason; "" transient
+	want safetyNetReason // permanent reason; "" transient
 }{
-	{"unreadable advisory", fmt.Errorf("%w: not a JSON advisory", errInvalidAdvisory), SafetyNetInvalidAdvisory},
-	{"foreign stream", errForeignStream, SafetyNetForeignStream},
-	{"consumer deleted", fmt.Errorf("lookup: %w", jetstream.ErrConsumerNotFound), SafetyNetConsumerGone},
-	{"consumer not found from the server", fmt.Errorf("nats: %w", &jetstream.APIError{Code: 404, ErrorCode: jetstream.JSErrCodeConsumerNotFound}), SafetyNetConsumerGone},
-	{"message gone", jetstream.ErrMsgNotFound, SafetyNetMessageGone},
-	{"source stream gone", fmt.Errorf("bridge: stream EVENTS: %w", jetstream.ErrStreamNotFound), SafetyNetMessageGone},
-	{"dead letter refused", fmt.Errorf("%w (stream_max_msg_size): x", ErrDeadLetterRefused), SafetyNetDeadLetterRefused},
+	{"unreadable advisory", fmt.Errorf("%w: not a JSON advisory", errInvalidAdvisory), safetyNetInvalidAdvisory},
+	{"foreign stream", errForeignStream, safetyNetForeignStream},
+	{"consumer deleted", fmt.Errorf("lookup: %w", jetstream.ErrConsumerNotFound), safetyNetConsumerGone},
+	{"consumer not found from the server", fmt.Errorf("nats: %w", &jetstream.APIError{Code: 404, ErrorCode: jetstream.JSErrCodeConsumerNotFound}), safetyNetConsumerGone},
+	{"message gone", jetstream.ErrMsgNotFound, safetyNetMessageGone},
+	{"source stream gone", fmt.Errorf("bridge: stream EVENTS: %w", jetstream.ErrStreamNotFound), safetyNetMessageGone},
+	{"dead letter refused", fmt.Errorf("%w (stream_max_msg_size): x", ErrDeadLetterRefused), safetyNetDeadLetterRefused},
 	{"timeout", context.DeadlineExceeded, ""},
 	{"nats timeout", nats.ErrTimeout, ""},
 	{"no stream response", jetstream.ErrNoStreamResponse, ""},
@@ -243,14 +238,14 @@ var classifyCases = []struct {
 	{"JetStream unavailable", fmt.Errorf("nats: %w", &jetstream.APIError{Code: 503, ErrorCode: jetstream.JSErrCodeJetStreamNotEnabled}), ""},
 }
 
-func checkClassifier(c advisoryClassifier) error {
+func checkClassifier(c func(err error, delivered uint64) advisoryVerdict) error {
 	for _, tc := range classifyCases {
 		v := c(tc.err, 3)
-		if v.Reason != tc.want {
-			return fmt.Errorf("%s: reason %q, want %q", tc.name, v.Reason, tc.want)
+		if v.reason != tc.want {
+			return fmt.Errorf("%s: reason %q, want %q", tc.name, v.reason, tc.want)
 		}
-		if tc.want == "" && v.Delay != advisoryBackoff(3) {
-			return fmt.Errorf("%s: delay %s, want %s", tc.name, v.Delay, advisoryBackoff(3))
+		if tc.want == "" && v.delay != advisoryBackoff(3) {
+			return fmt.Errorf("%s: delay %s, want %s", tc.name, v.delay, advisoryBackoff(3))
 		}
 	}
 	return nil
@@ -266,7 +261,7 @@ func TestClassifyAdvisoryFailure(t *testing.T) {
 	// transientLogEvery-th.
 	var logged []uint64
 	for n := uint64(1); n <= 40; n++ {
-		if classifyAdvisoryFailure(nats.ErrTimeout, n).Log {
+		if classifyAdvisoryFailure(nats.ErrTimeout, n).log {
 			logged = append(logged, n)
 		}
 	}
@@ -285,6 +280,38 @@ func TestAdvisoryBackoff(t *testing.T) {
 	} {
 		if got := advisoryBackoff(tc.n); got != tc.want {
 			t.Errorf("advisoryBackoff(%d) = %s, want %s", tc.n, got, tc.want)
+		}
+	}
+}
+
+// The pauses after failed advisory fetches in a row: as retryPause's were,
+// 100 ms doubling up to 5 s, and from the start again after a fetch works.
+func TestFetchRetry(t *testing.T) {
+	b := fetchRetry()
+	var got []time.Duration
+	for range 9 {
+		got = append(got, b.NextBackOff())
+	}
+	const want = "[100ms 200ms 400ms 800ms 1.6s 3.2s 5s 5s 5s]"
+	if fmt.Sprint(got) != want {
+		t.Errorf("pauses %v, want %s", got, want)
+	}
+	b.Reset()
+	if d := b.NextBackOff(); d != 100*time.Millisecond {
+		t.Errorf("first pause after Reset = %s, want 100ms", d)
+	}
+}
+
+func TestNthBackOff(t *testing.T) {
+	flat := &backoff.ExponentialBackOff{InitialInterval: time.Second, Multiplier: 1, MaxInterval: time.Hour}
+	if d := nthBackOff(flat, 1<<62); d != time.Second {
+		t.Errorf("multiplier 1: %s, want 1s", d)
+	}
+	// A randomization factor set by mistake is ignored: delays stay exact.
+	jittered := &backoff.ExponentialBackOff{InitialInterval: time.Second, RandomizationFactor: 0.5, Multiplier: 3, MaxInterval: time.Minute}
+	for i, want := range []time.Duration{time.Second, 3 * time.Second, 9 * time.Second, 27 * time.Second, time.Minute, time.Minute} {
+		if d := nthBackOff(jittered, uint64(i+1)); d != want {
+			t.Errorf("nthBackOff(%d) = %s, want %s", i+1, d, want)
 		}
 	}
 }
@@ -328,22 +355,5 @@ func TestParseAdvisory(t *testing.T) {
 				t.Errorf("parsed %+v", adv)
 			}
 		})
-	}
-}
-
-func TestLogLimiter(t *testing.T) {
-	l := logLimiter{every: time.Minute}
-	t0 := time.Unix(1000, 0)
-	type step struct {
-		at         time.Duration
-		ok         bool
-		suppressed int
-	}
-	for i, s := range []step{{0, true, 0}, {time.Second, false, 0}, {30 * time.Second, false, 0},
-		{time.Minute, true, 2}, {90 * time.Second, false, 0}, {3 * time.Minute, true, 1}} {
-		ok, n := l.allow(t0.Add(s.at))
-		if ok != s.ok || n != s.suppressed {
-			t.Errorf("step %d at %s: allow = %t, %d; want %t, %d", i, s.at, ok, n, s.ok, s.suppressed)
-		}
 	}
 }

@@ -67,7 +67,7 @@ func TestMaxDeliveriesAdvisoryWhileNoBridgeRuns(t *testing.T) {
 		// Three deliveries (max_deliver + 1) that nobody settles, as if the
 		// bridges receiving them had died.
 		leaveUnsettled(t, pre.routes[0].consumer(), 3)
-		adv, err := js.Stream(ctx, AdvisoryStreamName(cfg.DeadLetter))
+		adv, err := js.Stream(ctx, advisoryStreamName(cfg.DeadLetter))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -102,4 +102,28 @@ func TestMaxDeliveriesAdvisoryWhileNoBridgeRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	expectBroken(t, "advisories ignored", func(t testing.TB) error { return check(t, faults{ignoreAdvisories: true}) })
+}
+
+// Failed advisory fetches in a row are paused between, 100 ms doubling
+// (fetchRetry), and logged at most once per fetchLogEvery: here, once.
+func TestAdvisoryFetchFailuresPausedAndLoggedOnce(t *testing.T) {
+	sink := sinktest.New(t, sinktest.Always(200))
+	fetches := &failingFetches{}
+	h := startTweaked(t, natstest.Start(t), testConfig(t, maxDeliverRoute, sink.URL(), 2), func(b *Bridge) {
+		wrapAdvisoryConsumer(b, func(c jetstream.Consumer) jetstream.Consumer { fetches.Consumer = c; return fetches })
+	})
+	if !waitUntil(10*time.Second, func() bool { return len(fetches.calls()) >= 5 }) {
+		t.Fatalf("%d advisory fetches, want 5", len(fetches.calls()))
+	}
+	at := fetches.calls()
+	for i, want := range []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond} {
+		if gap := at[i+1].Sub(at[i]); gap < want {
+			t.Errorf("pause after failed fetch %d: %s, want at least %s", i+1, gap, want)
+		}
+	}
+	lines := logLines(h.logs.String(), `"advisory fetch failed"`)
+	first := logLines(h.logs.String(), `"advisory fetch failed"`, `"failures":1,`, `"suppressed":0,`, errFetchRefused.Error())
+	if lines != 1 || first != 1 {
+		t.Errorf("%d lines about failed fetches (%d of them the first failure's), want exactly 1:\n%s", lines, first, h.logs.String())
+	}
 }

@@ -55,7 +55,7 @@ func statusLoadCheck(t testing.TB, h *harness, base string, fresh bool) error {
 				defer resp.Body.Close()
 				body, _ := io.ReadAll(resp.Body)
 				var st struct {
-					Routes []RouteStatus `json:"routes"`
+					Routes []routeStatus `json:"routes"`
 				}
 				if err := json.Unmarshal(body, &st); err != nil || resp.StatusCode != 200 || len(st.Routes) != len(h.cfg.Routes) {
 					return fmt.Errorf("/status: %d %v %s", resp.StatusCode, err, body)
@@ -130,9 +130,9 @@ routes:
 		perRequest := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 			defer cancel()
-			out := make([]RouteStatus, 0, len(h.b.routes))
+			out := make([]routeStatus, 0, len(h.b.routes))
 			for _, rt := range h.b.routes {
-				st := RouteStatus{Route: rt.cfg.Name}
+				st := routeStatus{Route: rt.cfg.Name}
 				if info, err := rt.consumer().Info(ctx); err != nil {
 					st.Error = err.Error()
 				} else {
@@ -165,13 +165,13 @@ routes:
 	h := startBridge(t, cfg, faults{})
 	admin := httptest.NewServer(h.b.AdminHandler(h.reg))
 	t.Cleanup(admin.Close)
-	status := func() (RouteStatus, error) {
+	status := func() (routeStatus, error) {
 		_, body := get(t, admin.URL+"/status")
 		var st struct {
-			Routes []RouteStatus `json:"routes"`
+			Routes []routeStatus `json:"routes"`
 		}
 		if err := json.Unmarshal([]byte(body), &st); err != nil || len(st.Routes) != 1 {
-			return RouteStatus{}, fmt.Errorf("/status: %v %s", err, body)
+			return routeStatus{}, fmt.Errorf("/status: %v %s", err, body)
 		}
 		return st.Routes[0], nil
 	}
@@ -189,8 +189,8 @@ routes:
 	h.stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	done := make(chan []RouteStatus, 1)
-	go func() { done <- h.b.Status(ctx) }()
+	done := make(chan []routeStatus, 1)
+	go func() { done <- h.b.routeStatuses(ctx) }()
 	select {
 	case got := <-done:
 		if len(got) != 1 || got[0].CheckedAt == nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -37,19 +36,6 @@ func BackoffAt[D ~int64](list []D, delivered uint64) time.Duration {
 	}
 	i := min(max(delivered, 1)-1, uint64(len(list)-1))
 	return time.Duration(list[i])
-}
-
-// Delay returns the wait before the n-th retry (1-based):
-// Interval*BackoffFactor^(n-1), capped at MaxInterval.
-func (b *Backoff) Delay(n int) time.Duration {
-	d := float64(b.Interval) * math.Pow(b.BackoffFactor, float64(max(n, 1)-1))
-	if b.MaxInterval > 0 && d > float64(b.MaxInterval) {
-		return b.MaxInterval.D()
-	}
-	if d >= math.MaxInt64 || math.IsNaN(d) {
-		return math.MaxInt64
-	}
-	return time.Duration(d)
 }
 
 // Keys returns the HMAC keys of the signing secrets, in order: the base64

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"math"
 	"reflect"
 	"testing"
 	"time"
@@ -27,38 +26,6 @@ func TestBackoffFor(t *testing.T) {
 	}
 	if got := (&Route{}).BackoffFor(1); got != 0 {
 		t.Errorf("empty backoff: %s, want 0", got)
-	}
-}
-
-func TestBackoffDelay(t *testing.T) {
-	b := &Backoff{Count: 5, Interval: Duration(50 * time.Millisecond), BackoffFactor: 2, MaxInterval: Duration(300 * time.Millisecond)}
-	tests := []struct {
-		n    int
-		want time.Duration
-	}{
-		{1, 50 * time.Millisecond},
-		{2, 100 * time.Millisecond},
-		{3, 200 * time.Millisecond},
-		{4, 300 * time.Millisecond},
-		{1000, 300 * time.Millisecond},
-		{0, 50 * time.Millisecond},
-	}
-	for _, tt := range tests {
-		if got := b.Delay(tt.n); got != tt.want {
-			t.Errorf("Delay(%d) = %s, want %s", tt.n, got, tt.want)
-		}
-	}
-	flat := &Backoff{Interval: Duration(time.Second), BackoffFactor: 1, MaxInterval: Duration(time.Second)}
-	if got := flat.Delay(7); got != time.Second {
-		t.Errorf("factor 1: Delay(7) = %s, want 1s", got)
-	}
-	uncapped := &Backoff{Interval: Duration(time.Second), BackoffFactor: 10}
-	if got := uncapped.Delay(1000); got != math.MaxInt64 {
-		t.Errorf("uncapped overflow: Delay(1000) = %s, want the maximum duration", got)
-	}
-	sr := &StatusRetry{Backoff: *b}
-	if got := sr.Delay(2); got != 100*time.Millisecond {
-		t.Errorf("StatusRetry.Delay(2) = %s", got)
 	}
 }
 

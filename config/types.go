@@ -154,6 +154,8 @@ type RetryBudget struct {
 
 // Backoff is an in-process retry schedule: Count retries after the first
 // try, the n-th waiting Interval*BackoffFactor^(n-1), capped at MaxInterval.
+// The bridge hands these values to failsafe-go's retry policy
+// (WithBackoffFactor), which computes the delays.
 type Backoff struct {
 	Count         int      `yaml:"count"`
 	Interval      Duration `yaml:"interval"`
