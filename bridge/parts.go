@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/failsafe-go/failsafe-go"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -50,13 +49,6 @@ type parts struct {
 	ack func(ctx context.Context, m jetstream.Msg, connected bool) error
 	// reservations builds the idempotency store on the bucket.
 	reservations func(kv jetstream.KeyValue) *reservations
-	// shrinkDeadLetter returns a reduced form of a dead letter that does
-	// not fit (see deadletter_store.go).
-	shrinkDeadLetter func(full *nats.Msg, to dlForm) *nats.Msg
-	// deadLetterMismatch says what makes the message a duplicate PubAck
-	// names on the dead-letter stream another than the dead letter sent,
-	// "" when it is this one (see deadletter_store.go).
-	deadLetterMismatch func(stored *jetstream.RawStreamMsg, sent *nats.Msg) string
 	// classifyAdvisory decides whether a safety-net failure is permanent.
 	classifyAdvisory advisoryClassifier
 	// safetyNet processes the stored MAX_DELIVERIES advisories until ctx
@@ -96,7 +88,6 @@ func defaultParts() parts {
 		progress:         (*route).progress,
 		ack:              ackMsg,
 		reservations:     newReservations,
-		shrinkDeadLetter: shrinkDeadLetter,
 		classifyAdvisory: classifyAdvisoryFailure,
 		safetyNet:        (*Bridge).advisories,
 		overlap:          overlapSlots,
@@ -104,7 +95,6 @@ func defaultParts() parts {
 		keepContext:      keepContext,
 		beforeRetry:      (*response).finish,
 	}
-	p.deadLetterMismatch = deadLetterMismatch
 	return p
 }
 
