@@ -25,7 +25,7 @@ func (q *Queue) ReplayWithoutGuard(ctx context.Context, seq uint64) (ReplayResul
 	if err != nil {
 		return ReplayResult{}, err
 	}
-	msg, err := d.ReplayMsg()
+	msg, err := d.replayMsg(ReplayMsgID(d))
 	if err != nil {
 		return ReplayResult{Seq: d.Seq}, err
 	}

@@ -193,7 +193,7 @@ func brokenCheck(check func(Message) error) func(Message) error {
 		if err := check(d); err != nil {
 			return err
 		}
-		_, err := d.ReplayMsg()
+		_, err := d.replayMsg(ReplayMsgID(d))
 		return err
 	}
 }
@@ -332,7 +332,7 @@ func TestReplayMsgID(t *testing.T) {
 func TestReplayMismatch(t *testing.T) {
 	d := Message{Stream: "EVENTS_DLQ", Seq: 3, Stored: time.Now(), Data: fallPayload, EventID: "fall-7", Subject: fallSubject,
 		Header: nats.Header{producer.HeaderEventID: {"fall-7"}, "X-Custom": {"c"}}}
-	want, err := d.ReplayMsg()
+	want, err := d.replayMsg(ReplayMsgID(d))
 	if err != nil {
 		t.Fatal(err)
 	}

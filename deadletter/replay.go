@@ -205,16 +205,11 @@ func replayMismatch(subject string, h nats.Header, data []byte, want *nats.Msg) 
 	return "different " + strings.Join(diff, ", ")
 }
 
-// ReplayMsg is the message built from d's headers, as Replay publishes it
-// once the replay guard let d through; an error (matching
-// ErrNotReplayable) names the missing header. ReplayMsg itself applies no
-// guard: use DLQ.CheckReplay or DLQ.Replay to decide whether d may be
-// republished. The payload is d.Data, so d must come from Get or List
-// withData for a real replay.
-func (d Message) ReplayMsg() (*nats.Msg, error) {
-	return d.replayMsg(ReplayMsgID(d))
-}
-
+// replayMsg is the message built from d's headers, under Nats-Msg-Id id,
+// as Replay publishes it once the replay guard let d through; an error
+// (matching ErrNotReplayable) names the missing header. It applies no
+// guard itself (Queue.replayMsg does). The payload is d.Data, so d must
+// come from Get or List withData for a real replay.
 func (d Message) replayMsg(id string) (*nats.Msg, error) {
 	if d.Subject == "" {
 		return nil, notReplayable(d.Seq, "no "+HeaderOriginalSubject+" header")
