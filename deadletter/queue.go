@@ -37,7 +37,7 @@ type Message struct {
 	Stored         time.Time // when the dead-letter stream stored it
 	Route          string    // Bridge-Route
 	Destination    string    // Bridge-Destination
-	Reason         Reason    // Bridge-Reason: rejected, max-deliveries, invalid-event
+	Reason         Reason    // Bridge-Reason: one of Reasons
 	Failure        Failure   // Bridge-Failure: transport, downstream-status, ...
 	Status         int       // Bridge-Status; 0 when no HTTP response was obtained
 	Error          string    // Bridge-Error
