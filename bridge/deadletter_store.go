@@ -3,7 +3,6 @@ package bridge
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/textproto"
@@ -20,13 +19,6 @@ import (
 	"github.com/sotercare/jetbridge/subjects"
 	"github.com/sotercare/jetbridge/tracing"
 )
-
-// DeadLetterMsgID is the Nats-Msg-Id of a dead letter: a retried
-// dead-lettering of the same delivery stores one copy, while two routes
-// dead-lettering the same event store two.
-func DeadLetterMsgID(route, stream string, seq uint64) string {
-	return "dlq:" + route + ":" + stream + ":" + strconv.FormatUint(seq, 10)
-}
 
 // deadLetter stores the message on the dead-letter stream and returns only
 // once JetStream acknowledged it (or failed to), with its sequence on the
@@ -46,7 +38,7 @@ func (r *route) deadLetter(ctx context.Context, orig nats.Header, data []byte, e
 		h[k] = append([]string(nil), vs...)
 	}
 	h.Set(producer.HeaderEventID, ev.ID)
-	h.Set(jetstream.MsgIDHeader, DeadLetterMsgID(r.cfg.Name, ev.Stream, ev.Seq))
+	h.Set(jetstream.MsgIDHeader, deadletter.MsgID(r.cfg.Name, ev.Stream, ev.Seq))
 	h.Set(deadletter.HeaderReason, string(reason))
 	if kind := FailureKind(failure); kind != "" {
 		h.Set(deadletter.HeaderFailure, string(kind))
@@ -73,7 +65,7 @@ func (r *route) deadLetter(ctx context.Context, orig nats.Header, data []byte, e
 		Data:    data,
 	}
 	limit := r.b.js.Conn().MaxPayload()
-	form, err := storeDeadLetter(ctx, r.b.js, dl.Stream, full, limit, r.b.parts.shrinkDeadLetter, r.b.parts.deadLetterMismatch)
+	form, err := storeDeadLetter(ctx, r.b.js, dl.Stream, full, limit)
 	if form.plantedSeq != 0 {
 		// Names and sequences only: the planted message is untrusted.
 		e := r.log.Warn().Str("stream", ev.Stream).Uint64("stream_seq", ev.Seq).
@@ -111,7 +103,7 @@ var keptHeaders = []string{producer.HeaderEventID, producer.HeaderEventType, pro
 	tracing.HeaderTraceparent, tracing.HeaderTracestate} // the original trace (README "Tracing")
 
 // shrinkDeadLetter returns a copy of the full dead letter in form to
-// (dlNoPayload or dlMinimal); see parts.
+// (dlNoPayload or dlMinimal).
 func shrinkDeadLetter(full *nats.Msg, to dlForm) *nats.Msg {
 	if to <= dlFull {
 		return full
@@ -212,7 +204,7 @@ type dlStored struct {
 	// plantedSeq is, when the first publish was answered as a duplicate of
 	// a message that is not this dead letter, that message's sequence on
 	// the dead-letter stream (and mismatch what differs, names only); the
-	// dead letter was then stored again under DeadLetterRestoreID.
+	// dead letter was then stored again under deadletter.RestoreMsgID.
 	plantedSeq uint64
 	mismatch   string
 }
@@ -221,23 +213,6 @@ type dlStored struct {
 // its Nats-Msg-Id, and the id it is stored again under, were both taken by
 // other messages; the source message is left for redelivery.
 var ErrDeadLetterCollision = errors.New("bridge: dead letter id taken by another message")
-
-// DeadLetterRestoreID is the Nats-Msg-Id a dead letter is stored again
-// under when the dead-letter stream answered its first publish as a
-// duplicate of another message (one planted under
-// "dlq:<route>:<stream>:<seq>"): that id, ":", and 22 base64url characters
-// (the first 128 bits) of the SHA-256 of it, the planted message's
-// sequence and stored time (to the nanosecond) and the SHA-256 of the
-// payload. A producer cannot plant it in advance (it cannot read the
-// planted message's stored time), and a retried dead-lettering of the
-// same delivery computes the same id, so it still stores one copy.
-func DeadLetterRestoreID(id string, planted uint64, plantedAt time.Time, data []byte) string {
-	payload := sha256.Sum256(data)
-	h := sha256.New()
-	fmt.Fprintf(h, "jetbridge dead letter v1\x00%s\x00%d\x00%d\x00", id, planted, plantedAt.UnixNano())
-	h.Write(payload[:])
-	return id + ":" + base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:16])
-}
 
 // dlCompared are the headers that make two dead letters the same one:
 // the id, where it came from, and the form it was stored in.
@@ -251,7 +226,7 @@ var dlCompared = []string{jetstream.MsgIDHeader, producer.HeaderEventID, deadlet
 // Bridge-Payload-Omitted, for a dead letter stored without it). It
 // returns what differs (names only), or "" when stored is this dead
 // letter: a retried dead-lettering of the same delivery, whatever its
-// reason, time or delivery count. See parts.
+// reason, time or delivery count.
 func deadLetterMismatch(stored *jetstream.RawStreamMsg, sent *nats.Msg) string {
 	var diff []string
 	if stored.Subject != sent.Subject {
@@ -313,15 +288,14 @@ func withMsgID(m *nats.Msg, id string) *nats.Msg {
 // Nats-Msg-Id, so a retry stores one copy.
 //
 // A duplicate PubAck is never taken on trust: the message it names is read
-// back from the dead-letter stream (stream) and compared by mismatch
-// (deadLetterMismatch). When it is another message (planted under this
+// back from the dead-letter stream (stream) and compared by
+// deadLetterMismatch. When it is another message (planted under this
 // dead letter's id), the dead letter is stored again under
-// DeadLetterRestoreID; when that too is answered as a duplicate of
+// deadletter.RestoreMsgID; when that too is answered as a duplicate of
 // another message, or nothing can be read back, it returns an error and
 // the caller leaves the source message for redelivery: a dead letter is
 // never lost to a planted id.
-func storeDeadLetter(ctx context.Context, js jetstream.JetStream, stream string, full *nats.Msg, limit int64,
-	shrink func(*nats.Msg, dlForm) *nats.Msg, mismatch func(stored *jetstream.RawStreamMsg, sent *nats.Msg) string) (dlStored, error) {
+func storeDeadLetter(ctx context.Context, js jetstream.JetStream, stream string, full *nats.Msg, limit int64) (dlStored, error) {
 	out := dlStored{form: dlFull}
 	m := full
 	for out.form < dlMinimal {
@@ -331,7 +305,7 @@ func storeDeadLetter(ctx context.Context, js jetstream.JetStream, stream string,
 		}
 		out.form++
 		out.refusedBy = why
-		m = shrink(full, out.form)
+		m = shrinkDeadLetter(full, out.form)
 	}
 	for {
 		ack, err := js.PublishMsg(ctx, m)
@@ -342,7 +316,7 @@ func storeDeadLetter(ctx context.Context, js jetstream.JetStream, stream string,
 			}
 			diff := "it is gone"
 			if stored != nil {
-				diff = mismatch(stored, m)
+				diff = deadLetterMismatch(stored, m)
 			}
 			if diff != "" {
 				if out.plantedSeq != 0 {
@@ -355,8 +329,8 @@ func storeDeadLetter(ctx context.Context, js jetstream.JetStream, stream string,
 					at = stored.Time
 				}
 				out.plantedSeq, out.mismatch = ack.Sequence, diff
-				full = withMsgID(full, DeadLetterRestoreID(full.Header.Get(jetstream.MsgIDHeader), ack.Sequence, at, full.Data))
-				m = shrink(full, out.form)
+				full = withMsgID(full, deadletter.RestoreMsgID(full.Header.Get(jetstream.MsgIDHeader), ack.Sequence, at, full.Data))
+				m = shrinkDeadLetter(full, out.form)
 				continue
 			}
 		}
@@ -373,13 +347,12 @@ func storeDeadLetter(ctx context.Context, js jetstream.JetStream, stream string,
 		}
 		out.form++
 		out.refusedBy = why
-		m = shrink(full, out.form)
+		m = shrinkDeadLetter(full, out.form)
 	}
 }
 
-// readStored reads message seq of a stream (the dead-letter stream, or the
-// source stream a replay went to); nil when
-// it is gone.
+// readStored reads message seq of a stream (the dead-letter stream); nil
+// when it is gone.
 func readStored(ctx context.Context, js jetstream.JetStream, stream string, seq uint64) (*jetstream.RawStreamMsg, error) {
 	s, err := js.Stream(ctx, stream)
 	if err != nil {

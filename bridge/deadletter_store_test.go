@@ -22,17 +22,14 @@ import (
 )
 
 // startTweaked is startBridgeOn with tweak applied to the bridge between
-// newBridge and Run: tests swap a function value that production sets
-// once (parts.shrinkDeadLetter, parts.classifyAdvisory) for a broken
-// variant there. A nil tweak runs the real bridge.
+// newBridge and Run: tests replace a value that production builds once
+// (the JetStream the bridge stores dead letters on, see
+// dlq_faults_test.go; parts.classifyAdvisory) with a broken variant
+// there. A nil tweak runs the real bridge.
 func startTweaked(t testing.TB, srv *natstest.Server, cfg *config.Config, tweak func(*Bridge)) *harness {
 	t.Helper()
 	return startHarness(t, srv, cfg, faults{}, tweak)
 }
-
-// noShrink is the broken variant of shrinkDeadLetter: a dead letter is
-// always stored whole, as before payload omission existed.
-func noShrink(full *nats.Msg, _ dlForm) *nats.Msg { return full }
 
 // setDLQMaxMsgSize gives the dead-letter stream its own max_msg_size, as an
 // operator may (the bridge's provisioning would reset it, so tests call this
@@ -160,14 +157,10 @@ func TestRejectedDeadLetterThatWouldNotFit(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			check := func(t testing.TB, shrink func(*nats.Msg, dlForm) *nats.Msg) error {
+			check := func(t testing.TB, tweak func(*Bridge)) error {
 				sink := sinktest.New(t, sinktest.Always(400))
 				cfg := testConfig(t, rejectingRoute, sink.URL())
-				h := startTweaked(t, natstest.Start(t), cfg, func(b *Bridge) {
-					if shrink != nil {
-						b.parts.shrinkDeadLetter = shrink
-					}
-				})
+				h := startTweaked(t, natstest.Start(t), cfg, tweak)
 				if tc.dlqMax > 0 {
 					setDLQMaxMsgSize(t, h.js, cfg.DeadLetter.Stream, tc.dlqMax)
 				}
@@ -214,7 +207,7 @@ func TestRejectedDeadLetterThatWouldNotFit(t *testing.T) {
 					deadletter.HeaderStatus:           "400",
 					producer.HeaderEventID:            "e1",
 					producer.HeaderEventType:          "big.report",
-					jetstream.MsgIDHeader:             DeadLetterMsgID("r", cfg.Stream.Name, seq),
+					jetstream.MsgIDHeader:             deadletter.MsgID("r", cfg.Stream.Name, seq),
 				} {
 					if got := d.Header.Get(k); got != want {
 						return fmt.Errorf("dead letter %s = %q, want %q", k, got, want)
@@ -257,7 +250,7 @@ func TestRejectedDeadLetterThatWouldNotFit(t *testing.T) {
 // while no bridge ran) is dead-lettered by the safety net without its
 // payload, once.
 func TestGivenUpNearLimitMessageDeadLetteredWithoutPayload(t *testing.T) {
-	check := func(t testing.TB, shrink func(*nats.Msg, dlForm) *nats.Msg) error {
+	check := func(t testing.TB, tweak func(*Bridge)) error {
 		sink := sinktest.New(t, sinktest.Always(200))
 		cfg := testConfig(t, maxDeliverRoute, sink.URL(), 2)
 		srv := natstest.Start(t)
@@ -272,11 +265,7 @@ func TestGivenUpNearLimitMessageDeadLetteredWithoutPayload(t *testing.T) {
 		}
 		leaveUnsettled(t, pre.routes[0].consumer(), 3)
 
-		h := startTweaked(t, srv, cfg, func(b *Bridge) {
-			if shrink != nil {
-				b.parts.shrinkDeadLetter = shrink
-			}
-		})
+		h := startTweaked(t, srv, cfg, tweak)
 		// Wait until the safety net handled the advisory, either way.
 		waitUntil(settleWait, func() bool {
 			return len(h.outcomes()) > 0 || logLines(h.logs.String(), `"component":"max-deliveries"`, "safety net:") > 0
@@ -491,11 +480,6 @@ func plantDeadLetterID(t testing.TB, js jetstream.JetStream, id, subject string)
 	return ack.Sequence
 }
 
-// trustDeadLetterDuplicates is the broken variant of deadLetterMismatch:
-// every duplicate PubAck is taken as this dead letter, as before the
-// read-back.
-func trustDeadLetterDuplicates(*jetstream.RawStreamMsg, *nats.Msg) string { return "" }
-
 // The suspected pre-planting: a message stored on the dead-letter
 // subject under "dlq:r:EVENTS:1" before the real dead-lettering of EVENTS
 // seq 1. The dead-letter stream answers the real one as a duplicate; the
@@ -504,17 +488,13 @@ func trustDeadLetterDuplicates(*jetstream.RawStreamMsg, *nats.Msg) string { retu
 // terminates the source message. A warning names the route and the
 // sequences, and no payload or header value.
 func TestPlantedDeadLetterIDIsNotTrusted(t *testing.T) {
-	check := func(t testing.TB, mismatch func(*jetstream.RawStreamMsg, *nats.Msg) string) error {
+	check := func(t testing.TB, tweak func(*Bridge)) error {
 		sink := sinktest.New(t, sinktest.Always(400))
 		cfg := testConfig(t, attackYAML, sink.URL())
-		h := startTweaked(t, natstest.Start(t), cfg, func(b *Bridge) {
-			if mismatch != nil {
-				b.parts.deadLetterMismatch = mismatch
-			}
-		})
+		h := startTweaked(t, natstest.Start(t), cfg, tweak)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		planted := plantDeadLetterID(t, h.js, DeadLetterMsgID("r", "EVENTS", 1), fallSubject)
+		planted := plantDeadLetterID(t, h.js, deadletter.MsgID("r", "EVENTS", 1), fallSubject)
 		seq := h.publish(fallSubject, "fall-7", fallPayload, map[string]string{producer.HeaderEventID: "fall-7", "X-Ward": "w-3"})
 		if seq != 1 {
 			return fmt.Errorf("source seq %d, want 1", seq)
@@ -532,7 +512,7 @@ func TestPlantedDeadLetterIDIsNotTrusted(t *testing.T) {
 			return fmt.Errorf("%d messages on the dead-letter stream, want the planted one (seq %d) and the real dead letter", len(dl), planted)
 		}
 		real := dl[1]
-		wantID := DeadLetterRestoreID(DeadLetterMsgID("r", "EVENTS", 1), planted, dl[0].Time, fallPayload)
+		wantID := deadletter.RestoreMsgID(deadletter.MsgID("r", "EVENTS", 1), planted, dl[0].Time, fallPayload)
 		for k, want := range map[string]string{
 			jetstream.MsgIDHeader: wantID, producer.HeaderEventID: "fall-7", "X-Ward": "w-3",
 			deadletter.HeaderReason: string(deadletter.ReasonRejected), deadletter.HeaderStatus: "400", deadletter.HeaderRoute: "r",
@@ -547,7 +527,7 @@ func TestPlantedDeadLetterIDIsNotTrusted(t *testing.T) {
 		}
 		// and it replays like any other
 		sink.SetScript(sinktest.Always(200))
-		if res, err := OpenDLQ(h.js, cfg).Replay(ctx, real.Sequence, false); err != nil || res.Duplicate {
+		if res, err := deadletter.Open(h.js, cfg).Replay(ctx, real.Sequence, false); err != nil || res.Duplicate {
 			errs = append(errs, fmt.Errorf("replay of the real dead letter: %+v, %v", res, err))
 		}
 		logs := h.logs.String()
@@ -593,16 +573,12 @@ func deadLetterTwice(t testing.TB, h *harness) ([2]uint64, error) {
 // Both ids taken by other messages: an error, so the message is
 // redelivered rather than lost.
 func TestDeadLetterDuplicateReadBack(t *testing.T) {
-	start := func(t testing.TB, mismatch func(*jetstream.RawStreamMsg, *nats.Msg) string) *harness {
+	start := func(t testing.TB, tweak func(*Bridge)) *harness {
 		sink := sinktest.New(t, sinktest.Always(200))
-		return startTweaked(t, natstest.Start(t), testConfig(t, attackYAML, sink.URL()), func(b *Bridge) {
-			if mismatch != nil {
-				b.parts.deadLetterMismatch = mismatch
-			}
-		})
+		return startTweaked(t, natstest.Start(t), testConfig(t, attackYAML, sink.URL()), tweak)
 	}
-	genuine := func(t testing.TB, mismatch func(*jetstream.RawStreamMsg, *nats.Msg) string) error {
-		h := start(t, mismatch)
+	genuine := func(t testing.TB, tweak func(*Bridge)) error {
+		h := start(t, tweak)
 		seqs, err := deadLetterTwice(t, h)
 		if err != nil {
 			return err
@@ -616,12 +592,12 @@ func TestDeadLetterDuplicateReadBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	expectBroken(t, "every duplicate called another message", func(t testing.TB) error {
-		return genuine(t, func(*jetstream.RawStreamMsg, *nats.Msg) string { return "distrusted" })
+		return genuine(t, distrustDeadLetterDuplicates)
 	})
 
 	t.Run("retried after a planted id", func(t *testing.T) {
 		h := start(t, nil)
-		planted := plantDeadLetterID(t, h.js, DeadLetterMsgID("r", "EVENTS", 1), fallSubject)
+		planted := plantDeadLetterID(t, h.js, deadletter.MsgID("r", "EVENTS", 1), fallSubject)
 		seqs, err := deadLetterTwice(t, h)
 		if err != nil {
 			t.Fatal(err)
@@ -633,13 +609,13 @@ func TestDeadLetterDuplicateReadBack(t *testing.T) {
 
 	t.Run("both ids taken", func(t *testing.T) {
 		h := start(t, nil)
-		planted := plantDeadLetterID(t, h.js, DeadLetterMsgID("r", "EVENTS", 1), fallSubject)
+		planted := plantDeadLetterID(t, h.js, deadletter.MsgID("r", "EVENTS", 1), fallSubject)
 		// an attacker who could read the planted message's stored time
 		m, err := h.deadLetters()[0], error(nil)
 		if m.Sequence != planted {
 			t.Fatal("planted message not found")
 		}
-		plantDeadLetterID(t, h.js, DeadLetterRestoreID(DeadLetterMsgID("r", "EVENTS", 1), planted, m.Time, fallPayload), fallSubject)
+		plantDeadLetterID(t, h.js, deadletter.RestoreMsgID(deadletter.MsgID("r", "EVENTS", 1), planted, m.Time, fallPayload), fallSubject)
 		_, err = deadLetterTwice(t, h)
 		if !errors.Is(err, ErrDeadLetterCollision) {
 			t.Fatalf("dead-lettering with both ids taken: %v, want ErrDeadLetterCollision", err)
@@ -708,3 +684,24 @@ func TestDeadLetterMismatch(t *testing.T) {
 		t.Errorf("the payload-omitted form against the full one: %q", got)
 	}
 }
+
+// attackYAML is one route on events.>, the whole namespace a producer may
+// publish on, to a destination that rejects until it is fixed.
+const attackYAML = `
+destinations:
+  d:
+    url: %s
+    circuit_breaker: {enabled: false}
+routes:
+  - name: r
+    subjects: ["events.>"]
+    destination: d
+`
+
+// The victim's event and the attacker's message.
+var (
+	fallPayload     = []byte(`{"patient":"p-1","event":"fall"}`)
+	attackerPayload = []byte(`{"attacker":true}`)
+)
+
+const fallSubject = "events.critical.sensor.fall"

@@ -48,9 +48,9 @@
 // Around it: provision.go and consumer.go create the streams and bind the
 // consumers (with the watchdog), readiness.go and admin.go serve /healthz,
 // /readyz, /status and /metrics (metrics.go), safetynet.go dead-letters
-// what JetStream gave up on, deadletter_ops.go and deadletter_replay.go
-// are the operator's side of the dead-letter stream (list, show, replay
-// with its guard, purge), parts.go names the decisions that tests
+// what JetStream gave up on (package deadletter is the operator's side of
+// the dead-letter stream: list, show, replay with its guard, purge),
+// parts.go names the decisions that tests
 // replace with broken variants, and trace.go makes the spans of a
 // delivery and its tries when Options.TracerProvider is set (README
 // "Tracing"; nil: no span, no allocation).

@@ -227,27 +227,3 @@ func FailureKind(err error) deadletter.Failure {
 	}
 	return ""
 }
-
-// ErrDeadLetterNotFound means the dead-letter stream holds no message with
-// the requested sequence: it never existed, or it was replayed or purged.
-var ErrDeadLetterNotFound = errors.New("bridge: dead letter not found")
-
-// ErrNotReplayable means a dead letter cannot be republished as is: it
-// lacks a header that replay needs (Bridge-Original-Subject or Event-Id),
-// or the replay guard refused it (then it also matches ErrReplayRefused).
-var ErrNotReplayable = errors.New("bridge: dead letter cannot be replayed")
-
-// ErrReplayRefused is matched by every refusal of the replay guard (a
-// *ReplayRefusedError): the dead letter names a subject or stream that
-// replay must not publish to, or was stored without its payload. Nothing
-// is published and the dead letter is kept.
-var ErrReplayRefused = errors.New("bridge: dead letter replay refused")
-
-// dlqError reads as one sentence and matches its sentinel kind.
-type dlqError struct {
-	msg  string
-	kind error
-}
-
-func (e *dlqError) Error() string        { return e.msg }
-func (e *dlqError) Is(target error) bool { return target == e.kind }

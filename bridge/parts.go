@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/failsafe-go/failsafe-go"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -50,13 +49,6 @@ type parts struct {
 	ack func(ctx context.Context, m jetstream.Msg, connected bool) error
 	// reservations builds the idempotency store on the bucket.
 	reservations func(kv jetstream.KeyValue) *reservations
-	// shrinkDeadLetter returns a reduced form of a dead letter that does
-	// not fit (see deadletter_store.go).
-	shrinkDeadLetter func(full *nats.Msg, to dlForm) *nats.Msg
-	// deadLetterMismatch says what makes the message a duplicate PubAck
-	// names on the dead-letter stream another than the dead letter sent,
-	// "" when it is this one (see deadletter_store.go).
-	deadLetterMismatch func(stored *jetstream.RawStreamMsg, sent *nats.Msg) string
 	// overlap is how many free slots a route waits for before it makes a
 	// pull while another is still open (pull.go).
 	overlap func(maxInFlight int) int
@@ -86,18 +78,16 @@ func defaultParts() parts {
 		request: func(ctx context.Context, d *destination, p *payload, now time.Time) (*http.Request, error) {
 			return p.request(ctx, d, now)
 		},
-		decide:           Decide,
-		pauseFor:         retryAfterPause,
-		progress:         (*route).progress,
-		ack:              ackMsg,
-		reservations:     newReservations,
-		shrinkDeadLetter: shrinkDeadLetter,
-		overlap:          overlapSlots,
-		pullHeartbeat:    pullHeartbeat,
-		keepContext:      keepContext,
-		beforeRetry:      (*response).finish,
+		decide:        Decide,
+		pauseFor:      retryAfterPause,
+		progress:      (*route).progress,
+		ack:           ackMsg,
+		reservations:  newReservations,
+		overlap:       overlapSlots,
+		pullHeartbeat: pullHeartbeat,
+		keepContext:   keepContext,
+		beforeRetry:   (*response).finish,
 	}
-	p.deadLetterMismatch = deadLetterMismatch
 	return p
 }
 

@@ -268,7 +268,7 @@ func TestTraceDeadLetterAndReplay(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	q := OpenDLQ(h.js, h.cfg)
+	q := deadletter.Open(h.js, h.cfg)
 	dl, err := q.Get(ctx, 1)
 	if err != nil {
 		t.Fatal(err)

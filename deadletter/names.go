@@ -1,5 +1,3 @@
-// Package deadletter is the operator's side of the dead-letter stream: the
-// names of a dead letter's headers, its reasons and failure kinds.
 package deadletter
 
 // Headers of a dead letter (docs/operating.md#dead-letters).

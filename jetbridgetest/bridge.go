@@ -14,6 +14,7 @@ import (
 
 	"github.com/sotercare/jetbridge/bridge"
 	"github.com/sotercare/jetbridge/config"
+	"github.com/sotercare/jetbridge/deadletter"
 	"github.com/sotercare/jetbridge/internal/natstest"
 )
 
@@ -254,7 +255,7 @@ func (k *Bridge) WaitQuiet(t testing.TB) {
 // DeadLetters returns every dead letter on the configuration's dead-letter
 // stream, in stream order, decoded (reason, failure, status, event id,
 // original subject and sequence...) and with its payload.
-func (k *Bridge) DeadLetters(t testing.TB) []bridge.DLQMessage {
+func (k *Bridge) DeadLetters(t testing.TB) []deadletter.Message {
 	t.Helper()
 	d, err := k.deadLetters()
 	if err != nil {
@@ -263,17 +264,17 @@ func (k *Bridge) DeadLetters(t testing.TB) []bridge.DLQMessage {
 	return d
 }
 
-func (k *Bridge) deadLetters() ([]bridge.DLQMessage, error) {
+func (k *Bridge) deadLetters() ([]deadletter.Message, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
-	return bridge.OpenDLQ(k.js, k.cfg).List(ctx, bridge.DLQFilter{}, true)
+	return deadletter.Open(k.js, k.cfg).List(ctx, deadletter.Filter{}, true)
 }
 
 // WaitDeadLetters waits until the dead-letter stream holds at least n dead
 // letters and returns them all. After Timeout it fails the test.
-func (k *Bridge) WaitDeadLetters(t testing.TB, n int) []bridge.DLQMessage {
+func (k *Bridge) WaitDeadLetters(t testing.TB, n int) []deadletter.Message {
 	t.Helper()
-	var got []bridge.DLQMessage
+	var got []deadletter.Message
 	err := natstest.Poll(k.timeout, func() error {
 		d, err := k.deadLetters()
 		if err != nil {

@@ -136,10 +136,10 @@ routes:
 	if _, err := producer.NewPublisher(pjs, "events").Publish(wctx, producer.Event{ID: "ev-1", Type: "order.created", Payload: []byte(`{}`)}); err != nil {
 		return fmt.Errorf("producer publishing an event: %w", err)
 	}
-	q := bridge.OpenDLQ(bjs, cfg)
-	var first []bridge.DLQMessage
+	q := deadletter.Open(bjs, cfg)
+	var first []deadletter.Message
 	natstest.Eventually(t, 20*time.Second, func() error {
-		first, err = q.List(wctx, bridge.DLQFilter{}, false)
+		first, err = q.List(wctx, deadletter.Filter{}, false)
 		if err != nil || len(first) != 1 {
 			return fmt.Errorf("%d dead letters (%v), want 1", len(first), err)
 		}
@@ -198,7 +198,7 @@ routes:
 	}
 	var errs []error
 	// the dead-letter stream still holds the bridge's one dead letter
-	if l, err := q.List(wctx, bridge.DLQFilter{}, false); err != nil || len(l) != 1 {
+	if l, err := q.List(wctx, deadletter.Filter{}, false); err != nil || len(l) != 1 {
 		errs = append(errs, fmt.Errorf("%d dead letters after the producer's attempt (%v), want 1", len(l), err))
 	}
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sotercare/jetbridge/bridge"
+	"github.com/sotercare/jetbridge/deadletter"
 	"github.com/sotercare/jetbridge/internal/natstest"
 	"github.com/sotercare/jetbridge/jetbridgetest"
 	"github.com/sotercare/jetbridge/producer"
@@ -150,7 +150,7 @@ routes:
 	}
 
 	// The replay's own id: a collision, the dead letter kept.
-	planted := attack("fall-7", bridge.ReplayMsgID(dls[0]))
+	planted := attack("fall-7", deadletter.ReplayMsgID(dls[0]))
 	out, code = replay(1)
 	want := fmt.Sprintf("bridge: dead letter 1 kept: replay collision: EVENTS seq %d holds another message under this replay's Nats-Msg-Id "+
 		"(different subject, Bridge-Replayed-From, payload); nothing was stored\nreplayed 0, duplicates 0, kept 0, failed 1\n", planted.Seq)

@@ -26,6 +26,7 @@ import (
 
 	"github.com/sotercare/jetbridge/bridge"
 	"github.com/sotercare/jetbridge/config"
+	"github.com/sotercare/jetbridge/deadletter"
 	"github.com/sotercare/jetbridge/internal/cli"
 	"github.com/sotercare/jetbridge/internal/cli/logs"
 	"github.com/sotercare/jetbridge/internal/sotercare"
@@ -271,11 +272,11 @@ func (d *demo) run(ctx context.Context) error {
 	if err := stopBridge(); err != nil {
 		return fmt.Errorf("bridge: %w", err)
 	}
-	q := bridge.OpenDLQ(conn.js, cfg)
+	q := deadletter.Open(conn.js, cfg)
 	d.dlqStream = q.Stream()
 	lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	dead, dlqErr := q.List(lctx, bridge.DLQFilter{}, false)
+	dead, dlqErr := q.List(lctx, deadletter.Filter{}, false)
 	return d.report(drained, dead, dlqErr, cfgPath)
 }
 
@@ -435,7 +436,7 @@ func (d *demo) printLine() {
 }
 
 // report prints the final table, the dead letters and how to look at them.
-func (d *demo) report(drained bool, dead []bridge.DLQMessage, dlqErr error, cfgPath string) error {
+func (d *demo) report(drained bool, dead []deadletter.Message, dlqErr error, cfgPath string) error {
 	s := d.tally.snapshot()
 	rc := d.recv.counts()
 	reasons := make([]string, 0, len(s.deadReasons))

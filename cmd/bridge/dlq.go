@@ -24,7 +24,6 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/time/rate"
 
-	"github.com/sotercare/jetbridge/bridge"
 	"github.com/sotercare/jetbridge/config"
 	"github.com/sotercare/jetbridge/deadletter"
 	"github.com/sotercare/jetbridge/internal/cli"
@@ -130,7 +129,7 @@ type dlqSession struct {
 	cfg     *config.Config
 	nc      *nats.Conn
 	closing *atomic.Bool // set before a deliberate close: no "reconnecting" log
-	q       *bridge.DLQ
+	q       *deadletter.Queue
 }
 
 // openDLQ loads the configuration and connects, without ever starting an
@@ -145,7 +144,7 @@ func openDLQ(path, server string, stderr io.Writer) (*dlqSession, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &dlqSession{cfg: cfg, nc: nc, closing: closing, q: bridge.OpenDLQ(js, cfg)}, nil
+	return &dlqSession{cfg: cfg, nc: nc, closing: closing, q: deadletter.Open(js, cfg)}, nil
 }
 
 func (s *dlqSession) close() {
@@ -203,6 +202,13 @@ func dialNATS(cfg *config.Config, closing *atomic.Bool, stderr io.Writer) (*nats
 	return nc, js, nil
 }
 
+// dlqText is the text of an error of package deadletter (or bridge) as
+// the commands print it after their own "bridge: ": without the package's
+// prefix.
+func dlqText(err error) string {
+	return strings.TrimPrefix(errText(err), "deadletter: ")
+}
+
 // dlqErr makes a library error a command error, with a hint for a missing
 // dead-letter stream.
 func dlqErr(s *dlqSession, err error) error {
@@ -212,7 +218,7 @@ func dlqErr(s *dlqSession, err error) error {
 	if errors.Is(err, context.Canceled) {
 		return &exitError{Code: 1, Msg: "interrupted"}
 	}
-	return errors.New(errText(err))
+	return errors.New(dlqText(err))
 }
 
 func checkFilter(name, route, reason string) error {
@@ -251,7 +257,7 @@ type dlqLine struct {
 	FailedAt   string `json:"failed_at"` // RFC 3339, "" when unknown
 }
 
-func failedAt(d bridge.DLQMessage) string {
+func failedAt(d deadletter.Message) string {
 	if d.FailedAt.IsZero() {
 		return ""
 	}
@@ -284,7 +290,7 @@ subject, deliveries, failed_at.`,
 		}
 		return nil
 	}, func(ctx context.Context, s *dlqSession, stdout, stderr io.Writer) error {
-		ds, err := s.q.List(ctx, bridge.DLQFilter{Route: o.route, Reason: deadletter.Reason(o.reason), Limit: limit}, false)
+		ds, err := s.q.List(ctx, deadletter.Filter{Route: o.route, Reason: deadletter.Reason(o.reason), Limit: limit}, false)
 		if err != nil {
 			return dlqErr(s, err)
 		}
@@ -404,11 +410,11 @@ func escapeLines(s string) string {
 // replayed or deleted: the error and, for a refusal, the subject it
 // named, escaped.
 func failLine(err error) string {
-	var refused *bridge.ReplayRefusedError
+	var refused *deadletter.ReplayRefusedError
 	if errors.As(err, &refused) {
 		return fmt.Sprintf("bridge: dead letter %d refused (subject %s): %s", refused.Seq, cell(refused.Subject), shown(refused.Reason))
 	}
-	return "bridge: " + shown(errText(err))
+	return "bridge: " + shown(dlqText(err))
 }
 
 // dlqShowJSON is the output of dlq show --json: the exact values (not
@@ -470,7 +476,7 @@ and "payload" (as a string) with --payload.`,
 
 // printDeadLetter prints one dead letter for reading, every text from it
 // escaped.
-func printDeadLetter(stdout io.Writer, stream string, d bridge.DLQMessage, payload bool) {
+func printDeadLetter(stdout io.Writer, stream string, d deadletter.Message, payload bool) {
 	fmt.Fprintf(stdout, "dead letter %d on %s\nsubject: %s\nstored:  %s\n\nheaders:\n", d.Seq, stream, shown(d.DLQSubject), d.Stored.UTC().Format(time.RFC3339Nano))
 	for _, k := range slices.Sorted(maps.Keys(d.Header)) {
 		for _, v := range d.Header[k] {
@@ -498,14 +504,14 @@ func printDeadLetter(stdout io.Writer, stream string, d bridge.DLQMessage, paylo
 
 // selection is the dead letters a replay or purge works on.
 type selection struct {
-	ds     []bridge.DLQMessage
+	ds     []deadletter.Message
 	failed int // SEQs that could not be read
 }
 
 // selectDeadLetters lists the dead letters f selects (--all) or reads each
 // SEQ; a SEQ that is missing is reported and counted, one outside the
 // filter is reported and skipped.
-func selectDeadLetters(ctx context.Context, s *dlqSession, all bool, seqs []uint64, f bridge.DLQFilter, stderr io.Writer) (selection, error) {
+func selectDeadLetters(ctx context.Context, s *dlqSession, all bool, seqs []uint64, f deadletter.Filter, stderr io.Writer) (selection, error) {
 	if all {
 		ds, err := s.q.List(ctx, f, false)
 		if err != nil {
@@ -517,7 +523,7 @@ func selectDeadLetters(ctx context.Context, s *dlqSession, all bool, seqs []uint
 	for _, seq := range seqs {
 		d, err := s.q.Get(ctx, seq)
 		switch {
-		case errors.Is(err, bridge.ErrDeadLetterNotFound):
+		case errors.Is(err, deadletter.ErrNotFound):
 			fmt.Fprintln(stderr, failLine(err))
 			sel.failed++
 			continue
@@ -665,7 +671,7 @@ same. A progress bar shows on a terminal.`,
 		}
 		return nil
 	}, func(ctx context.Context, s *dlqSession, stdout, stderr io.Writer) error {
-		sel, err := selectDeadLetters(ctx, s, all, seqs, bridge.DLQFilter{Route: o.route, Reason: deadletter.Reason(o.reason)}, stderr)
+		sel, err := selectDeadLetters(ctx, s, all, seqs, deadletter.Filter{Route: o.route, Reason: deadletter.Reason(o.reason)}, stderr)
 		if err != nil {
 			return err
 		}
@@ -690,7 +696,7 @@ type replayer struct {
 	failed         int
 }
 
-func (r *replayer) dryRun(ds []bridge.DLQMessage) error {
+func (r *replayer) dryRun(ds []deadletter.Message) error {
 	n := 0
 	for _, d := range ds {
 		// The same guard as the replay itself: every refusal shows.
@@ -718,12 +724,12 @@ func (r *replayer) dryRun(ds []bridge.DLQMessage) error {
 }
 
 // fail reports one dead letter that was not replayed.
-func (r *replayer) fail(bar progress, d bridge.DLQMessage, err error) {
+func (r *replayer) fail(bar progress, d deadletter.Message, err error) {
 	r.failed++
 	bar.println(r.stderr, failLine(err))
 	if r.json {
-		line := replayLine{DLQSeq: d.Seq, EventID: d.EventID, Subject: d.Subject, Kept: true, Error: errText(err)}
-		var c *bridge.ReplayCollisionError
+		line := replayLine{DLQSeq: d.Seq, EventID: d.EventID, Subject: d.Subject, Kept: true, Error: dlqText(err)}
+		var c *deadletter.ReplayCollisionError
 		if errors.As(err, &c) {
 			line.Stream, line.Seq, line.Duplicate, line.Collision = c.Stream, c.StreamSeq, true, true
 		}
@@ -731,7 +737,7 @@ func (r *replayer) fail(bar progress, d bridge.DLQMessage, err error) {
 	}
 }
 
-func (r *replayer) replay(ctx context.Context, ds []bridge.DLQMessage) error {
+func (r *replayer) replay(ctx context.Context, ds []deadletter.Message) error {
 	bar := newProgress(r.stdout, r.stderr, len(ds), "replaying")
 	sum := &r.sum.Summary
 	done := 0
@@ -822,7 +828,7 @@ stays. It asks nothing and prints each deleted sequence, then a count.`,
 func purge(ctx context.Context, s *dlqSession, all bool, seqs []uint64, route string, stdout, stderr io.Writer) error {
 	// Only what was listed is deleted: a dead letter stored meanwhile
 	// stays (a stream purge by subject would take it unseen).
-	sel, err := selectDeadLetters(ctx, s, all, seqs, bridge.DLQFilter{Route: route}, stderr)
+	sel, err := selectDeadLetters(ctx, s, all, seqs, deadletter.Filter{Route: route}, stderr)
 	if err != nil {
 		return err
 	}

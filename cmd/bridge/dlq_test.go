@@ -145,7 +145,7 @@ func (e *dlqEnv) craft(route, subject, id string, data []byte, extra map[string]
 	h := nats.Header{}
 	for k, v := range map[string]string{
 		producer.HeaderEventID: id, "Event-Type": "a.x", "Event-Severity": "INFO", "Content-Type": "application/json",
-		jetstream.MsgIDHeader:             bridge.DeadLetterMsgID(route, "EVENTS", uint64(1000+e.n)),
+		jetstream.MsgIDHeader:             deadletter.MsgID(route, "EVENTS", uint64(1000+e.n)),
 		deadletter.HeaderReason:           string(deadletter.ReasonMaxDeliveries),
 		deadletter.HeaderFailure:          string(deadletter.FailureTransport),
 		deadletter.HeaderError:            "transport error to d: connection refused",
@@ -700,13 +700,13 @@ func TestDLQReplayCollision(t *testing.T) {
 	e := newDLQEnv(t, 400)
 	id := e.reject("events.info.a.one")
 	e.sink.SetScript(sinktest.Always(200))
-	q := bridge.OpenDLQ(e.js, e.cfg)
+	q := deadletter.Open(e.js, e.cfg)
 	d, err := q.Get(e.ctx(), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := nats.Header{producer.HeaderEventID: {id}}
-	h.Set(jetstream.MsgIDHeader, bridge.ReplayMsgID(d))
+	h.Set(jetstream.MsgIDHeader, deadletter.ReplayMsgID(d))
 	ack, err := e.js.PublishMsg(e.ctx(), &nats.Msg{Subject: "events.info.a.noise", Header: h, Data: []byte(`{"attacker":true}`)})
 	if err != nil {
 		t.Fatal(err)

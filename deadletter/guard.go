@@ -1,4 +1,4 @@
-package bridge
+package deadletter
 
 import (
 	"fmt"
@@ -8,13 +8,12 @@ import (
 	"unicode/utf8"
 
 	"github.com/sotercare/jetbridge/config"
-	"github.com/sotercare/jetbridge/deadletter"
 	"github.com/sotercare/jetbridge/subjects"
 )
 
-// MaxReplaySubject bounds the length in bytes of a subject that replay
+// maxReplaySubject bounds the length in bytes of a subject that replay
 // publishes to. Dead letters are untrusted input.
-const MaxReplaySubject = 1024
+const maxReplaySubject = 1024
 
 // systemTokens are first subject tokens reserved for NATS itself, named
 // in refusals. Every first token that starts with "$" is refused, these
@@ -47,7 +46,7 @@ type ReplayRefusedError struct {
 }
 
 func (e *ReplayRefusedError) Error() string {
-	return fmt.Sprintf("bridge: dead letter %d refused for replay: %s", e.Seq, e.Reason)
+	return fmt.Sprintf("deadletter: dead letter %d refused for replay: %s", e.Seq, e.Reason)
 }
 
 // Is makes a refusal match ErrReplayRefused and, being one way of not
@@ -58,17 +57,17 @@ func (e *ReplayRefusedError) Is(target error) bool {
 
 func (e *ReplayRefusedError) Unwrap() error { return e.Err }
 
-// replayGuard decides which dead letters replay may republish. It holds
-// copies of the configuration it needs, taken once by OpenDLQ.
-type replayGuard struct {
+// guard decides which dead letters replay may republish. It holds
+// copies of the configuration it needs, taken once by Open.
+type guard struct {
 	stream   string              // stream.name
 	subjects []string            // stream.subjects
 	prefix   string              // dead_letter.subject_prefix
 	routes   map[string][]string // route name -> its subjects filters
 }
 
-func newReplayGuard(cfg *config.Config) replayGuard {
-	g := replayGuard{
+func newGuard(cfg *config.Config) guard {
+	g := guard{
 		stream:   cfg.Stream.Name,
 		subjects: append([]string(nil), cfg.Stream.Subjects...),
 		prefix:   cfg.DeadLetter.SubjectPrefix,
@@ -84,7 +83,7 @@ func newReplayGuard(cfg *config.Config) replayGuard {
 // ErrNotReplayable (and ErrReplayRefused for every rule but a missing
 // subject). A dead letter is republished only when all hold:
 //   - Bridge-Original-Subject is a valid literal subject: printable UTF-8,
-//     no whitespace or wildcards, no empty token, at most MaxReplaySubject
+//     no whitespace or wildcards, no empty token, at most maxReplaySubject
 //     bytes;
 //   - it is not a system or internal subject: no first token starting
 //     with "$" ($JS, $KV, $O, $SYS, ...), no _INBOX, nothing under the
@@ -94,43 +93,43 @@ func newReplayGuard(cfg *config.Config) replayGuard {
 //     configured route, inside that route's subjects;
 //   - the dead letter was stored with its payload (no
 //     Bridge-Payload-Omitted).
-func (g replayGuard) check(d DLQMessage) error {
+func (g guard) check(d Message) error {
 	refuse := func(format string, args ...any) error {
 		return &ReplayRefusedError{Seq: d.Seq, Subject: d.Subject, Reason: fmt.Sprintf(format, args...)}
 	}
 	s := d.Subject
 	if s == "" {
-		return notReplayable(d.Seq, "no "+deadletter.HeaderOriginalSubject+" header")
+		return notReplayable(d.Seq, "no "+HeaderOriginalSubject+" header")
 	}
 	if why := literalSubjectProblem(s); why != "" {
-		return refuse("%s %s", deadletter.HeaderOriginalSubject, why)
+		return refuse("%s %s", HeaderOriginalSubject, why)
 	}
 	first, _, _ := strings.Cut(s, ".")
 	if strings.HasPrefix(first, "$") {
 		if what, ok := systemTokens[first]; ok {
-			return refuse("%s is a NATS system subject (%s, %s)", deadletter.HeaderOriginalSubject, first, what)
+			return refuse("%s is a NATS system subject (%s, %s)", HeaderOriginalSubject, first, what)
 		}
-		return refuse("%s is a NATS system subject (first token starts with \"$\")", deadletter.HeaderOriginalSubject)
+		return refuse("%s is a NATS system subject (first token starts with \"$\")", HeaderOriginalSubject)
 	}
 	if first == "_INBOX" {
-		return refuse("%s is a reply inbox (_INBOX)", deadletter.HeaderOriginalSubject)
+		return refuse("%s is a reply inbox (_INBOX)", HeaderOriginalSubject)
 	}
 	if g.prefix != "" && (s == g.prefix || strings.HasPrefix(s, g.prefix+".")) {
-		return refuse("%s is under the dead-letter prefix %s", deadletter.HeaderOriginalSubject, g.prefix)
+		return refuse("%s is under the dead-letter prefix %s", HeaderOriginalSubject, g.prefix)
 	}
 	switch stream := d.OriginalStream; {
 	case stream == "":
-		return refuse("no %s header (want %s)", deadletter.HeaderOriginalStream, g.stream)
+		return refuse("no %s header (want %s)", HeaderOriginalStream, g.stream)
 	case stream != g.stream:
-		return refuse("%s is not the configured stream %s", deadletter.HeaderOriginalStream, g.stream)
+		return refuse("%s is not the configured stream %s", HeaderOriginalStream, g.stream)
 	}
 	if !matchesAny(g.subjects, s) {
-		return refuse("%s is outside stream %s's subjects %s", deadletter.HeaderOriginalSubject, g.stream, strings.Join(g.subjects, ", "))
+		return refuse("%s is outside stream %s's subjects %s", HeaderOriginalSubject, g.stream, strings.Join(g.subjects, ", "))
 	}
 	if filters, ok := g.routes[d.Route]; ok && !matchesAny(filters, s) {
-		return refuse("%s is outside route %s's subjects %s", deadletter.HeaderOriginalSubject, d.Route, strings.Join(filters, ", "))
+		return refuse("%s is outside route %s's subjects %s", HeaderOriginalSubject, d.Route, strings.Join(filters, ", "))
 	}
-	if vs, ok := d.Header[deadletter.HeaderPayloadOmitted]; ok {
+	if vs, ok := d.Header[HeaderPayloadOmitted]; ok {
 		size := "size unknown"
 		if len(vs) > 0 {
 			if n, err := strconv.ParseUint(vs[0], 10, 64); err == nil {
@@ -151,8 +150,8 @@ func (g replayGuard) check(d DLQMessage) error {
 // or invisible format character and invalid UTF-8, which only serve to
 // hide what a subject is.
 func literalSubjectProblem(s string) string {
-	if len(s) > MaxReplaySubject {
-		return fmt.Sprintf("is longer than %d bytes", MaxReplaySubject)
+	if len(s) > maxReplaySubject {
+		return fmt.Sprintf("is longer than %d bytes", maxReplaySubject)
 	}
 	if !utf8.ValidString(s) {
 		return "is not valid UTF-8"

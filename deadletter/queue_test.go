@@ -1,4 +1,4 @@
-package bridge
+package deadletter_test
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sotercare/jetbridge/bridge"
 	"github.com/sotercare/jetbridge/deadletter"
 	"github.com/sotercare/jetbridge/internal/sinktest"
 	"github.com/sotercare/jetbridge/producer"
@@ -49,7 +50,7 @@ type dlqEvent struct {
 func rejectAll(t *testing.T, n int) (*harness, *sinktest.Sink, []dlqEvent) {
 	t.Helper()
 	sink := sinktest.New(t, sinktest.Always(400))
-	h := startBridge(t, testConfig(t, dlqYAML, sink.URL()), faults{})
+	h := startBridge(t, testConfig(t, dlqYAML, sink.URL()))
 	var evs []dlqEvent
 	for i := range n {
 		ev := dlqEvent{id: fmt.Sprintf("ev-%02d", i), route: "ra", subject: fmt.Sprintf("events.info.a.n%d", i)}
@@ -60,7 +61,7 @@ func rejectAll(t *testing.T, n int) (*harness, *sinktest.Sink, []dlqEvent) {
 		h.publish(ev.subject, ev.id, ev.data, map[string]string{producer.HeaderEventID: ev.id, "X-Custom": "c" + ev.id})
 		evs = append(evs, ev)
 	}
-	if got := h.waitOutcomes(n, settleWait, outcomeIs(OutcomeDeadLettered)); len(got) != n {
+	if got := h.waitOutcomes(n, settleWait, outcomeIs(bridge.OutcomeDeadLettered)); len(got) != n {
 		t.Fatalf("%d dead-lettered, want %d", len(got), n)
 	}
 	h.quiet("ra")
@@ -140,7 +141,7 @@ func requestsByEventID(sink *sinktest.Sink, from int) map[string]int {
 func TestDLQListFiltersAndGet(t *testing.T) {
 	// Given 30 events rejected with 400 across two routes
 	h, _, evs := rejectAll(t, 30)
-	q := OpenDLQ(h.js, h.cfg)
+	q := deadletter.Open(h.js, h.cfg)
 	ctx := dlqCtx(t)
 	byID := map[string]dlqEvent{}
 	for _, ev := range evs {
@@ -148,7 +149,7 @@ func TestDLQListFiltersAndGet(t *testing.T) {
 	}
 
 	// When listing everything, headers only
-	all, err := q.List(ctx, DLQFilter{}, false)
+	all, err := q.List(ctx, deadletter.Filter{}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +183,7 @@ func TestDLQListFiltersAndGet(t *testing.T) {
 		t.Fatalf("List left consumers %v on the dead-letter stream", got)
 	}
 
-	count := func(f DLQFilter) []DLQMessage {
+	count := func(f deadletter.Filter) []deadletter.Message {
 		t.Helper()
 		got, err := q.List(ctx, f, false)
 		if err != nil {
@@ -192,21 +193,21 @@ func TestDLQListFiltersAndGet(t *testing.T) {
 	}
 	tests := []struct {
 		name  string
-		f     DLQFilter
+		f     deadletter.Filter
 		want  int
-		check func(DLQMessage) bool
+		check func(deadletter.Message) bool
 	}{
-		{"route ra", DLQFilter{Route: "ra"}, 20, func(d DLQMessage) bool { return d.Route == "ra" }},
-		{"route rb", DLQFilter{Route: "rb"}, 10, func(d DLQMessage) bool { return d.Route == "rb" }},
-		{"reason rejected", DLQFilter{Reason: deadletter.ReasonRejected}, 30, func(d DLQMessage) bool { return d.Reason == deadletter.ReasonRejected }},
-		{"route and reason", DLQFilter{Route: "rb", Reason: deadletter.ReasonRejected}, 10, func(d DLQMessage) bool { return d.Route == "rb" }},
-		{"limit", DLQFilter{Limit: 7}, 7, nil},
-		{"route with limit", DLQFilter{Route: "rb", Limit: 3}, 3, func(d DLQMessage) bool { return d.Route == "rb" }},
-		{"limit above count", DLQFilter{Route: "rb", Limit: 50}, 10, nil},
-		{"unknown route", DLQFilter{Route: "nope"}, 0, nil},
-		{"other reason", DLQFilter{Reason: deadletter.ReasonMaxDeliveries}, 0, nil},
-		{"seqs", DLQFilter{Seqs: []uint64{all[5].Seq, all[2].Seq}}, 2, nil},
-		{"seqs with route", DLQFilter{Seqs: seqsOf(all[:6]), Route: "rb"}, rbIn(all[:6]), func(d DLQMessage) bool { return d.Route == "rb" }},
+		{"route ra", deadletter.Filter{Route: "ra"}, 20, func(d deadletter.Message) bool { return d.Route == "ra" }},
+		{"route rb", deadletter.Filter{Route: "rb"}, 10, func(d deadletter.Message) bool { return d.Route == "rb" }},
+		{"reason rejected", deadletter.Filter{Reason: deadletter.ReasonRejected}, 30, func(d deadletter.Message) bool { return d.Reason == deadletter.ReasonRejected }},
+		{"route and reason", deadletter.Filter{Route: "rb", Reason: deadletter.ReasonRejected}, 10, func(d deadletter.Message) bool { return d.Route == "rb" }},
+		{"limit", deadletter.Filter{Limit: 7}, 7, nil},
+		{"route with limit", deadletter.Filter{Route: "rb", Limit: 3}, 3, func(d deadletter.Message) bool { return d.Route == "rb" }},
+		{"limit above count", deadletter.Filter{Route: "rb", Limit: 50}, 10, nil},
+		{"unknown route", deadletter.Filter{Route: "nope"}, 0, nil},
+		{"other reason", deadletter.Filter{Reason: deadletter.ReasonMaxDeliveries}, 0, nil},
+		{"seqs", deadletter.Filter{Seqs: []uint64{all[5].Seq, all[2].Seq}}, 2, nil},
+		{"seqs with route", deadletter.Filter{Seqs: seqsOf(all[:6]), Route: "rb"}, rbIn(all[:6]), func(d deadletter.Message) bool { return d.Route == "rb" }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -221,18 +222,18 @@ func TestDLQListFiltersAndGet(t *testing.T) {
 			}
 		})
 	}
-	if got := count(DLQFilter{Limit: 7}); !slices.Equal(seqsOf(got), seqsOf(all[:7])) {
+	if got := count(deadletter.Filter{Limit: 7}); !slices.Equal(seqsOf(got), seqsOf(all[:7])) {
 		t.Errorf("Limit 7 returned %v, want the first seven %v", seqsOf(got), seqsOf(all[:7]))
 	}
-	if got := count(DLQFilter{Seqs: []uint64{all[5].Seq, all[2].Seq}}); !slices.Equal(seqsOf(got), []uint64{all[5].Seq, all[2].Seq}) {
+	if got := count(deadletter.Filter{Seqs: []uint64{all[5].Seq, all[2].Seq}}); !slices.Equal(seqsOf(got), []uint64{all[5].Seq, all[2].Seq}) {
 		t.Errorf("Seqs returned %v, want %v in that order", seqsOf(got), []uint64{all[5].Seq, all[2].Seq})
 	}
-	if _, err := q.List(ctx, DLQFilter{Route: "a.>"}, false); err == nil {
+	if _, err := q.List(ctx, deadletter.Filter{Route: "a.>"}, false); err == nil {
 		t.Error("List with a wildcard route filter succeeded")
 	}
 
 	// With data: the payloads, byte for byte
-	withData, err := q.List(ctx, DLQFilter{Route: "rb"}, true)
+	withData, err := q.List(ctx, deadletter.Filter{Route: "rb"}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,14 +254,14 @@ func TestDLQListFiltersAndGet(t *testing.T) {
 		}
 	}
 	missing := all[len(all)-1].Seq + 100
-	if _, err := q.Get(ctx, missing); !errors.Is(err, ErrDeadLetterNotFound) {
-		t.Errorf("Get(%d) error %v, want ErrDeadLetterNotFound", missing, err)
+	if _, err := q.Get(ctx, missing); !errors.Is(err, deadletter.ErrNotFound) {
+		t.Errorf("Get(%d) error %v, want deadletter.ErrNotFound", missing, err)
 	}
-	if err := q.Delete(ctx, missing); !errors.Is(err, ErrDeadLetterNotFound) {
-		t.Errorf("Delete(%d) error %v, want ErrDeadLetterNotFound", missing, err)
+	if err := q.Delete(ctx, missing); !errors.Is(err, deadletter.ErrNotFound) {
+		t.Errorf("Delete(%d) error %v, want deadletter.ErrNotFound", missing, err)
 	}
-	if _, err := q.List(ctx, DLQFilter{Seqs: []uint64{all[0].Seq, missing}}, false); !errors.Is(err, ErrDeadLetterNotFound) {
-		t.Errorf("List of a missing seq: error %v, want ErrDeadLetterNotFound", err)
+	if _, err := q.List(ctx, deadletter.Filter{Seqs: []uint64{all[0].Seq, missing}}, false); !errors.Is(err, deadletter.ErrNotFound) {
+		t.Errorf("List of a missing seq: error %v, want deadletter.ErrNotFound", err)
 	}
 	if got := dlqConsumers(t, h); len(got) != 0 {
 		t.Fatalf("List left consumers %v on the dead-letter stream", got)
@@ -269,7 +270,7 @@ func TestDLQListFiltersAndGet(t *testing.T) {
 
 // rbIn counts the dead letters of route rb: the order in which the two
 // routes dead-letter is not fixed.
-func rbIn(ds []DLQMessage) int {
+func rbIn(ds []deadletter.Message) int {
 	n := 0
 	for _, d := range ds {
 		if d.Route == "rb" {
@@ -279,7 +280,7 @@ func rbIn(ds []DLQMessage) int {
 	return n
 }
 
-func seqsOf(ds []DLQMessage) []uint64 {
+func seqsOf(ds []deadletter.Message) []uint64 {
 	out := make([]uint64, len(ds))
 	for i, d := range ds {
 		out[i] = d.Seq
@@ -290,11 +291,11 @@ func seqsOf(ds []DLQMessage) []uint64 {
 func TestDLQReplay(t *testing.T) {
 	// Given 30 dead letters, and a destination that now accepts
 	h, sink, evs := rejectAll(t, 30)
-	q := OpenDLQ(h.js, h.cfg)
+	q := deadletter.Open(h.js, h.cfg)
 	ctx := dlqCtx(t)
 	before := sink.Count()
 	sink.SetScript(sinktest.Always(200))
-	all, err := q.List(ctx, DLQFilter{}, false)
+	all, err := q.List(ctx, deadletter.Filter{}, false)
 	if err != nil || len(all) != 30 {
 		t.Fatalf("List: %d, %v; want 30", len(all), err)
 	}
@@ -322,11 +323,11 @@ func TestDLQReplay(t *testing.T) {
 	if !r2.Duplicate || r2.Kept || r2.StreamSeq != r1.StreamSeq {
 		t.Fatalf("second replay: %+v, want a duplicate of stream seq %d", r2, r1.StreamSeq)
 	}
-	if _, err := q.Get(ctx, first.Seq); !errors.Is(err, ErrDeadLetterNotFound) {
-		t.Fatalf("after replay: Get(%d) error %v, want ErrDeadLetterNotFound", first.Seq, err)
+	if _, err := q.Get(ctx, first.Seq); !errors.Is(err, deadletter.ErrNotFound) {
+		t.Fatalf("after replay: Get(%d) error %v, want deadletter.ErrNotFound", first.Seq, err)
 	}
-	if _, err := q.Replay(ctx, first.Seq, false); !errors.Is(err, ErrDeadLetterNotFound) {
-		t.Fatalf("replay of a replayed dead letter: error %v, want ErrDeadLetterNotFound", err)
+	if _, err := q.Replay(ctx, first.Seq, false); !errors.Is(err, deadletter.ErrNotFound) {
+		t.Fatalf("replay of a replayed dead letter: error %v, want deadletter.ErrNotFound", err)
 	}
 
 	// The republished event: original headers, no Bridge-* but Replayed-From
@@ -341,7 +342,7 @@ func TestDLQReplay(t *testing.T) {
 	wantHdr := nats.Header{
 		producer.HeaderEventID:        {first.EventID},
 		"X-Custom":                    {"c" + first.EventID},
-		jetstream.MsgIDHeader:         {ReplayMsgID(first)},
+		jetstream.MsgIDHeader:         {deadletter.ReplayMsgID(first)},
 		deadletter.HeaderReplayedFrom: {fmt.Sprint(first.Seq)},
 		// the expectation that only the configured stream may store it
 		jetstream.ExpectedStreamHeader: {h.cfg.Stream.Name},
@@ -361,7 +362,7 @@ func TestDLQReplay(t *testing.T) {
 		}
 	}
 	// Then every event is delivered exactly once, and the DLQ is empty
-	if got := h.waitOutcomes(30, settleWait, outcomeIs(OutcomeDelivered)); len(got) != 30 {
+	if got := h.waitOutcomes(30, settleWait, outcomeIs(bridge.OutcomeDelivered)); len(got) != 30 {
 		t.Fatalf("%d delivered after replay, want 30", len(got))
 	}
 	h.quiet("ra")
@@ -391,10 +392,10 @@ func TestDLQReplay(t *testing.T) {
 
 func TestDLQReplayKeep(t *testing.T) {
 	h, sink, _ := rejectAll(t, 6)
-	q := OpenDLQ(h.js, h.cfg)
+	q := deadletter.Open(h.js, h.cfg)
 	ctx := dlqCtx(t)
 	sink.SetScript(sinktest.Always(200))
-	all, err := q.List(ctx, DLQFilter{Route: "ra"}, false)
+	all, err := q.List(ctx, deadletter.Filter{Route: "ra"}, false)
 	if err != nil || len(all) != 4 {
 		t.Fatalf("List: %d, %v; want 4", len(all), err)
 	}
@@ -403,7 +404,7 @@ func TestDLQReplayKeep(t *testing.T) {
 			t.Fatalf("Replay(%d, keep) = %+v, %v", d.Seq, r, err)
 		}
 	}
-	if got := h.waitOutcomes(4, settleWait, outcomeIs(OutcomeDelivered)); len(got) != 4 {
+	if got := h.waitOutcomes(4, settleWait, outcomeIs(bridge.OutcomeDelivered)); len(got) != 4 {
 		t.Fatalf("%d delivered, want 4", len(got))
 	}
 	if n := len(h.deadLetters()); n != 6 {
@@ -415,11 +416,11 @@ func TestDLQReplayKeep(t *testing.T) {
 // and delivers every event exactly once and empties the DLQ.
 func TestDLQInterruptedReplayRerun(t *testing.T) {
 	h, sink, evs := rejectAll(t, 10)
-	q := OpenDLQ(h.js, h.cfg)
+	q := deadletter.Open(h.js, h.cfg)
 	ctx := dlqCtx(t)
 	before := sink.Count()
 	sink.SetScript(sinktest.Always(200))
-	all, err := q.List(ctx, DLQFilter{}, false)
+	all, err := q.List(ctx, deadletter.Filter{}, false)
 	if err != nil || len(all) != 10 {
 		t.Fatalf("List: %d, %v; want 10", len(all), err)
 	}
@@ -434,13 +435,13 @@ func TestDLQInterruptedReplayRerun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	killed, err := q.republish(ctx, d6)
+	killed, err := q.Republish(ctx, d6)
 	if err != nil || killed.Duplicate {
 		t.Fatalf("republish: %+v, %v", killed, err)
 	}
 
 	// When replay --all runs again
-	rest, err := q.List(ctx, DLQFilter{}, false)
+	rest, err := q.List(ctx, deadletter.Filter{}, false)
 	if err != nil || len(rest) != 5 {
 		t.Fatalf("List after the kill: %d, %v; want 5", len(rest), err)
 	}
@@ -462,7 +463,7 @@ func TestDLQInterruptedReplayRerun(t *testing.T) {
 	}
 
 	// Then every event is stored once more and delivered exactly once
-	if got := h.waitOutcomes(10, settleWait, outcomeIs(OutcomeDelivered)); len(got) != 10 {
+	if got := h.waitOutcomes(10, settleWait, outcomeIs(bridge.OutcomeDelivered)); len(got) != 10 {
 		t.Fatalf("%d delivered, want 10", len(got))
 	}
 	h.quiet("ra")
@@ -483,10 +484,10 @@ func TestDLQInterruptedReplayRerun(t *testing.T) {
 }
 
 // A dead letter without the headers replay needs lists fine, fails to
-// replay with ErrNotReplayable, and stays.
+// replay with deadletter.ErrNotReplayable, and stays.
 func TestDLQReplayMalformed(t *testing.T) {
 	sink := sinktest.New(t, sinktest.Always(200))
-	h := startBridge(t, testConfig(t, dlqYAML, sink.URL()), faults{})
+	h := startBridge(t, testConfig(t, dlqYAML, sink.URL()))
 	ctx := dlqCtx(t)
 	crafted := []nats.Header{
 		{deadletter.HeaderRoute: {"ra"}, deadletter.HeaderReason: {string(deadletter.ReasonRejected)}, producer.HeaderEventID: {"no-subject"}},
@@ -498,14 +499,14 @@ func TestDLQReplayMalformed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	q := OpenDLQ(h.js, h.cfg)
-	all, err := q.List(ctx, DLQFilter{Route: "ra"}, false)
+	q := deadletter.Open(h.js, h.cfg)
+	all, err := q.List(ctx, deadletter.Filter{Route: "ra"}, false)
 	if err != nil || len(all) != 3 {
 		t.Fatalf("List: %d, %v; want 3", len(all), err)
 	}
 	for _, d := range all {
-		if _, err := q.Replay(ctx, d.Seq, false); !errors.Is(err, ErrNotReplayable) {
-			t.Errorf("Replay(%d) error %v, want ErrNotReplayable", d.Seq, err)
+		if _, err := q.Replay(ctx, d.Seq, false); !errors.Is(err, deadletter.ErrNotReplayable) {
+			t.Errorf("Replay(%d) error %v, want deadletter.ErrNotReplayable", d.Seq, err)
 		}
 	}
 	if n := len(h.deadLetters()); n != 3 {
@@ -518,10 +519,10 @@ func TestDLQReplayMalformed(t *testing.T) {
 
 func TestDLQMissingStream(t *testing.T) {
 	sink := sinktest.New(t, sinktest.Always(200))
-	h := startBridge(t, testConfig(t, dlqYAML, sink.URL()), faults{})
+	h := startBridge(t, testConfig(t, dlqYAML, sink.URL()))
 	cfg := *h.cfg
 	cfg.DeadLetter.Stream = "NO_SUCH_DLQ"
-	_, err := OpenDLQ(h.js, &cfg).List(dlqCtx(t), DLQFilter{}, false)
+	_, err := deadletter.Open(h.js, &cfg).List(dlqCtx(t), deadletter.Filter{}, false)
 	if !errors.Is(err, jetstream.ErrStreamNotFound) {
 		t.Fatalf("List on a missing stream: error %v, want jetstream.ErrStreamNotFound", err)
 	}
