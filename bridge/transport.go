@@ -85,10 +85,10 @@ func destinationTransport(tlsConf *tls.Config, maxHeaderBytes int64) *http.Trans
 // (a drain at max_in_flight 1024 opened 1,051).
 func (d *destination) sizePool() {
 	d.gate.full = d.poolSize // the slow-start ramp's target without a concurrency limit
-	if d.poolSize <= 0 {
+	tr, ok := d.pipe.Load().transport.(*http.Transport)
+	if d.poolSize <= 0 || !ok {
 		return
 	}
-	tr := d.transport
 	tr.MaxIdleConns = max(d.poolSize, 1)
 	tr.MaxIdleConnsPerHost = max(d.poolSize, 1)
 	tr.MaxConnsPerHost = max(d.poolSize, 1)
