@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/failsafe-go/failsafe-go"
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
-	"github.com/failsafe-go/failsafe-go/timeout"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sotercare/jetbridge/subjects"
@@ -89,8 +87,8 @@ type attemptState struct {
 	probeFailed bool
 	// The responses whose bodies may still be open: finished (drained or
 	// closed) outside the per-try timeout, a retried one when its retry is
-	// scheduled (finishRetried), the last one after the pipeline returns.
-	// The next try finishes any left as it starts (finish is idempotent).
+	// scheduled (finishRetried), the last one, and any other, after the
+	// pipeline returns (finish is idempotent).
 	open []*response
 	buf  [2]*response
 }
@@ -112,28 +110,25 @@ func finishRetried(e failsafe.ExecutionScheduledEvent[*response]) {
 
 // try is one try, as the pipeline runs it.
 func (a *attemptState) try(exec failsafe.Execution[*response]) (*response, error) {
-	a.finish()
 	d := a.d
 	probe := a.pipe.breaker != nil && a.pipe.breaker.IsHalfOpen()
 	if a.ctx.Err() != nil {
 		return nil, a.ctx.Err()
 	}
 	a.tries++
-	r, err := d.send(a.ctx, exec.Context(), a.pipe.transport, a.p)
+	r, err := d.send(a.ctx, a.pipe, a.p)
 	if r != nil {
 		a.open = append(a.open, r)
 	}
 	if err != nil && a.ctx.Err() != nil { // shutdown, not a failure of the destination
 		return nil, a.ctx.Err()
 	}
-	a.probeFailed = probe && (err != nil || exec.Context().Err() != nil || a.pipe.breakerCounts(r, err))
+	a.probeFailed = probe && (err != nil || a.pipe.breakerCounts(r, err))
 	return r, err
 }
 
 func (d *destination) classify(res *response, err error) error {
 	switch {
-	case errors.Is(err, timeout.ErrExceeded):
-		return &TransportError{Destination: d.name, Kind: kindTimeout, Err: err}
 	case err != nil:
 		return err
 	case res == nil:
@@ -144,14 +139,14 @@ func (d *destination) classify(res *response, err error) error {
 	return &DownstreamError{Destination: d.name, Status: res.status, RetryAfter: res.retryAfter}
 }
 
-// send sends one HTTP request and returns once the response headers have
-// arrived, leaving the body open (see response). The try's context (that
-// of the per-try timeout, tryCtx) bounds the request only until then:
-// once the try has returned a status, neither the timeout nor a slow or
-// large body can make the try a failure (the timeout firing between the
-// headers and the return still wins, as it would a moment earlier).
-func (d *destination) send(ctx, tryCtx context.Context, transport http.RoundTripper, p *payload) (res *response, err error) {
-	ctx, headersIn, release := tryContext(ctx, tryCtx)
+// send sends one HTTP request through the pipeline's transport and
+// returns once the response headers have arrived, leaving the body open
+// (see response). The per-try timeout bounds the request only until then
+// (tryContext): once the try has a status, neither the timeout nor a slow
+// or large body can make the try a failure. The timeout firing as the
+// headers come in still wins, as it would a moment earlier.
+func (d *destination) send(ctx context.Context, pipe *pipeline, p *payload) (res *response, err error) {
+	ctx, headersIn, release := tryContext(ctx, pipe.tryTimeout)
 	if d.trace != nil {
 		var span trace.Span
 		if ctx, span = d.trace.startTry(ctx); span != nil {
@@ -170,18 +165,23 @@ func (d *destination) send(ctx, tryCtx context.Context, transport http.RoundTrip
 	if d.budget != nil {
 		d.budget.request(start)
 	}
-	resp, err := transport.RoundTrip(req)
+	resp, err := pipe.transport.RoundTrip(req)
 	took := time.Since(start)
+	inTime := headersIn()
+	if !inTime {
+		if err == nil {
+			_ = resp.Body.Close()
+		}
+		err = errTryTimeout
+	}
 	if err != nil {
 		release()
 		d.m.observeTry(d.name, 0, took)
 		return nil, transportError(d.name, err)
 	}
 	d.m.observeTry(d.name, resp.StatusCode, took)
-	// From here the try's context no longer bounds the request. Had it
-	// ended just before (the timeout fired as the headers came in), the
-	// request context has ended too: the timeout's result then replaces
-	// this one, and the attempt finishes the body.
-	headersIn()
 	return newResponse(resp, release, time.Now()), nil
 }
+
+// errTryTimeout is the cause of a try the per-try timeout ended.
+var errTryTimeout = errors.New("no response within the destination's timeout")

@@ -31,7 +31,7 @@ func (f faults) breakDestinations(b *Bridge) {
 				p.transportRetry = d.transportRetry(tr).HandleIf(func(r *response, err error) bool { return noResponse(r, err) || is5xx(r, err) }).Build()
 			case f.transportRetryOnlyOn5xx:
 				p.transportRetry = d.transportRetry(tr).HandleIf(is5xx).Build()
-			case f.drainInNextTry: // attemptState.try finishes it as the next try starts
+			case f.drainInNextTry:
 				p.transportRetry = d.transportRetry(tr).HandleIf(noResponse).OnRetryScheduled(func(failsafe.ExecutionScheduledEvent[*response]) {}).Build()
 			}
 		}
@@ -54,6 +54,9 @@ func (f faults) breakDestinations(b *Bridge) {
 				req.Body = io.NopCloser(bytes.NewReader(body))
 				req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 			}}
+		}
+		if f.drainInNextTry { // the next try finishes the retried response, inside its timeout
+			p.transport = tripWrapper{next: p.transport, before: func(req *http.Request) { attemptOf(req.Context()).finish() }}
 		}
 		if f.retryAfterIgnored {
 			p.transport = tripWrapper{next: p.transport, after: func(resp *http.Response) { resp.Header.Del("Retry-After") }}

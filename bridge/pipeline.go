@@ -12,7 +12,6 @@ import (
 	"github.com/failsafe-go/failsafe-go/common"
 	"github.com/failsafe-go/failsafe-go/ratelimiter"
 	"github.com/failsafe-go/failsafe-go/retrypolicy"
-	"github.com/failsafe-go/failsafe-go/timeout"
 
 	"github.com/sotercare/jetbridge/config"
 )
@@ -21,15 +20,15 @@ import (
 // it is made of, built from the destination's configuration, outermost
 // first:
 //
-//	gate(statusRetry(transportRetry(breaker(rate(tryTimeout(one HTTP try))))))
+//	gate(statusRetry(transportRetry(breaker(rate(one HTTP try)))))
 //
 // The gate (flow.go) admits the attempt: every try of it runs admitted.
 // The two retry policies handle disjoint failures (no HTTP response; a
 // listed status), so each keeps its own count across the attempt, and
 // both abort at once when the breaker is open. Every try passes the
 // breaker, so every try counts in it. The rate limit gives every try its
-// permit before the try's timeout starts, and the timeout applies to each
-// try until the response headers arrive (response.go). Every route
+// permit before the try's timeout starts; the timeout (tryTimeout) bounds
+// each try until its response headers arrive (tryContext, response.go). Every route
 // delivering to the destination shares the pipeline, breaker included.
 //
 // A pipeline is immutable once built: a destination replaces it whole
@@ -40,7 +39,7 @@ type pipeline struct {
 	transportRetry retrypolicy.RetryPolicy[*response]       // nil when off
 	breaker        circuitbreaker.CircuitBreaker[*response] // nil when disabled
 	rate           *rateWait                                // nil without a rate limit
-	tryTimeout     timeout.Timeout[*response]
+	tryTimeout     time.Duration                            // per try, until the response headers
 	exec           failsafe.Executor[*response]
 	// breakerStatuses are the statuses the breaker counts as failures (a
 	// failed half-open probe).
@@ -55,7 +54,7 @@ type pipeline struct {
 func newPipeline(cfg *config.Destination, d *destination, transport http.RoundTripper) *pipeline {
 	p := &pipeline{
 		gate:       d.gate,
-		tryTimeout: timeout.New[*response](cfg.Timeout.D()),
+		tryTimeout: cfg.Timeout.D(),
 		rate:       newRateWait(cfg.RateLimit, d),
 		transport:  transport,
 	}
@@ -80,7 +79,7 @@ func (p *pipeline) build() *pipeline {
 
 // policies are p's policies, outermost first.
 func (p *pipeline) policies() []failsafe.Policy[*response] {
-	out := make([]failsafe.Policy[*response], 0, 6)
+	out := make([]failsafe.Policy[*response], 0, 5)
 	out = append(out, p.gate)
 	if p.statusRetry != nil {
 		out = append(out, p.statusRetry)
@@ -94,7 +93,7 @@ func (p *pipeline) policies() []failsafe.Policy[*response] {
 	if p.rate != nil {
 		out = append(out, p.rate)
 	}
-	return append(out, p.tryTimeout)
+	return out
 }
 
 // close releases what p holds: its idle connections.

@@ -37,20 +37,20 @@ func newResponse(resp *http.Response, release context.CancelFunc, now time.Time)
 }
 
 // tryContext is the request context of one try: the attempt's context
-// (ctx), cut by the try's own (tryCtx: failsafe-go's per-try timeout)
-// until headersIn is called. Once the headers are in, neither the timeout
-// nor the try's return ends it: only release does (response.finish),
-// after the body has been drained, so that the connection can be reused.
-// headersIn reports false when the try's context ended first (the timeout
-// won; the request context is then ended too).
+// (ctx), ended by the per-try timeout until headersIn is called. Once the
+// headers are in, neither the timeout nor the try's return ends it: only
+// release does (response.finish), after the body has been drained, so
+// that the connection can be reused. headersIn reports false when the
+// timeout fired first (the request context has then ended).
 //
-// The try's context is only watched (context.AfterFunc), never kept:
-// failsafe-go cancels it as the try returns, and nothing of the bridge
-// stays registered in it.
-func tryContext(ctx, tryCtx context.Context) (reqCtx context.Context, headersIn func() bool, release context.CancelFunc) {
+// The per-try timeout is this context's, not a failsafe-go timeout
+// policy's: that policy cancels its context as the try returns, and
+// would need failsafe-go's internal DeferCancel to keep the body
+// readable.
+func tryContext(ctx context.Context, timeout time.Duration) (reqCtx context.Context, headersIn func() bool, release context.CancelFunc) {
 	reqCtx, release = context.WithCancel(ctx)
-	stop := context.AfterFunc(tryCtx, release)
-	return reqCtx, stop, release
+	deadline := time.AfterFunc(timeout, release)
+	return reqCtx, deadline.Stop, release
 }
 
 // finish drains the body, when it is not known to be longer than

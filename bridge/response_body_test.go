@@ -161,12 +161,12 @@ func statusWhenFailed(status int) int {
 // A try's request context outlives the try once the response headers are
 // in, and ends when its response is released, however often and late a
 // release comes (finish's drain timer may call it a second time, behind
-// the next try). The check runs failsafe-go's own retry and timeout
-// policies: a 503 is retried, the second try answers 200, and the first
-// response is released once more both during the second try and after the
-// attempt.
+// the next try). The check runs failsafe-go's own retry policy: a 503 is
+// retried, the second try answers 200, and the first response is released
+// once more both during the second try and after the attempt. A per-try
+// timeout that fires before the headers ends the request context.
 func TestKeptContextEndsOnceReleased(t *testing.T) {
-	type keeper func(ctx, tryCtx context.Context) (context.Context, func() bool, context.CancelFunc)
+	type keeper func(exec failsafe.Execution[*response]) (context.Context, func() bool, context.CancelFunc)
 	check := func(keep keeper) error {
 		var ctxs []context.Context
 		var releases []context.CancelFunc
@@ -180,8 +180,10 @@ func TestKeptContextEndsOnceReleased(t *testing.T) {
 				if n := len(releases); n > 0 {
 					releases[n-1]() // the next try finishes the last response first (attemptState.try)
 				}
-				ctx, headersIn, release := keep(context.Background(), exec.Context())
-				headersIn()
+				ctx, headersIn, release := keep(exec)
+				if !headersIn() {
+					t.Fatal("the per-try timeout fired before the headers")
+				}
 				ctxs = append(ctxs, ctx)
 				releases = append(releases, release)
 				if len(ctxs) == 1 {
@@ -206,14 +208,23 @@ func TestKeptContextEndsOnceReleased(t *testing.T) {
 		}
 		return nil
 	}
-	if err := check(tryContext); err != nil {
+	if err := check(func(failsafe.Execution[*response]) (context.Context, func() bool, context.CancelFunc) {
+		return tryContext(context.Background(), time.Minute)
+	}); err != nil {
 		t.Fatal(err)
 	}
-	expectBroken(t, "the request runs on the try's own context (failsafe-go's, which ends as the try returns)", func(testing.TB) error {
-		return check(func(_, tryCtx context.Context) (context.Context, func() bool, context.CancelFunc) {
-			return tryCtx, func() bool { return true }, func() {}
+	expectBroken(t, "the request runs on failsafe-go's per-try context (a timeout policy's, which ends as the try returns)", func(testing.TB) error {
+		return check(func(exec failsafe.Execution[*response]) (context.Context, func() bool, context.CancelFunc) {
+			return exec.Context(), func() bool { return true }, func() {}
 		})
 	})
+
+	ctx, headersIn, release := tryContext(context.Background(), time.Millisecond)
+	defer release()
+	<-ctx.Done()
+	if headersIn() {
+		t.Fatal("headers in after the per-try timeout fired")
+	}
 }
 
 // A retried response's body is drained before the retry's delay, never in

@@ -16,8 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/failsafe-go/failsafe-go/timeout"
-
 	"github.com/sotercare/jetbridge/config"
 )
 
@@ -97,7 +95,7 @@ func (d *destination) sizePool() {
 // isTransport reports whether err means no HTTP response was obtained.
 func isTransport(err error) bool {
 	var te *TransportError
-	return errors.As(err, &te) || errors.Is(err, timeout.ErrExceeded)
+	return errors.As(err, &te)
 }
 
 // transportError classifies a client error into a short kind. The *url.Error
@@ -116,7 +114,7 @@ func transportError(dest string, err error) *TransportError {
 		recErr  tls.RecordHeaderError
 	)
 	switch {
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled), os.IsTimeout(err):
+	case errors.Is(err, errTryTimeout), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled), os.IsTimeout(err):
 		kind = kindTimeout
 	case errors.Is(err, syscall.ECONNREFUSED):
 		kind = kindRefused
