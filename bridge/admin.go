@@ -49,7 +49,7 @@ func (b *Bridge) destinationStatuses() []destinationStatus {
 	out := make([]destinationStatus, 0, len(b.dests))
 	for _, name := range b.cfg.DestinationNames() {
 		d := b.dests[name]
-		st := destinationStatus{Destination: name, Breaker: d.state().String(), Held: d.held.Load(), GateStatus: d.gate.status()}
+		st := destinationStatus{Destination: name, Breaker: d.state().String(), Held: d.held.Load(), GateStatus: d.gate.Status()}
 		if rl := b.cfg.Destinations[name].RateLimit; rl != nil {
 			st.RateLimit = fmt.Sprintf("%d per %s, burst %d", rl.Requests, rl.Per, rl.Burst)
 		}

@@ -233,7 +233,7 @@ routes:
 	lines := &stampedLines{}
 	h := startTweaked(t, natstest.Start(t), cfg, func(b *Bridge) {
 		d := b.dests["d"]
-		d.remindFirst = first
+		d.reminders.InitialInterval = first
 		d.log = zerolog.New(lines).With().Str("destination", "d").Logger()
 	})
 	h.publish("events.info.x", "e1", []byte(`{}`), nil)

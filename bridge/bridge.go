@@ -110,7 +110,7 @@ func newBridge(cfg *config.Config, js jetstream.JetStream, opts Options, p parts
 		}
 	}
 	for name, dc := range cfg.Destinations {
-		d, err := newDestination(dc, b.log, onBreaker, m, &b.parts)
+		d, err := newDestination(dc, b.log, onBreaker, m)
 		if err != nil {
 			return nil, err
 		}

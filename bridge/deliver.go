@@ -104,13 +104,7 @@ func (r *route) deliver(stop, work context.Context, p *payload, ev *event) (int,
 	for {
 		// The destination's flow control admits the attempt (flow.go);
 		// waiting there holds the message like an open breaker does.
-		release, err := r.dest.gate.acquire(stop, ev.Severity)
-		if err != nil {
-			return total, fmt.Errorf("%w: waiting for the destination's flow control", ErrInterrupted)
-		}
-		tries, err := r.dest.attempt(work, p)
-		release(tries > 0 && gotResponse(err), err == nil)
-		r.dest.backPressure(err, r.policy.MaxRetryAfter)
+		tries, err := r.dest.attempt(work, p, admission{hold: stop, severity: ev.Severity, maxPause: r.policy.MaxRetryAfter})
 		total += tries
 		if err == nil || r.b.parts.decide(err, ev.Delivered, r.policy).Action != Hold {
 			return total, err
@@ -127,16 +121,6 @@ func (r *route) deliver(stop, work context.Context, p *payload, ev *event) (int,
 			return total, fmt.Errorf("%w: %w", ErrInterrupted, err)
 		}
 	}
-}
-
-// gotResponse reports whether an attempt's outcome is an HTTP response
-// (a 2xx or another status), whose duration measures the destination.
-func gotResponse(failure error) bool {
-	if failure == nil {
-		return true
-	}
-	var de *DownstreamError
-	return errors.As(failure, &de)
 }
 
 // progressSlot is one worker's message while it is worked on: the

@@ -2,22 +2,24 @@ package bridge
 
 import (
 	"context"
-	"errors"
-	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/failsafe-go/failsafe-go"
 	"github.com/failsafe-go/failsafe-go/adaptivelimiter"
 	"github.com/failsafe-go/failsafe-go/bulkhead"
-	"github.com/failsafe-go/failsafe-go/ratelimiter"
+	"github.com/failsafe-go/failsafe-go/common"
+	"github.com/rs/zerolog"
 
 	"github.com/sotercare/jetbridge/config"
 	"github.com/sotercare/jetbridge/subjects"
 )
 
 // Flow control of one destination (README "Flow control"), shared by every
-// route delivering to it. Two mechanisms:
+// route delivering to it: two stages of its failsafe-go pipeline
+// (pipeline.go).
 //
 //   - the gate admits attempts (one message's tries): none while the
 //     destination is paused by a Retry-After (back-pressure), at most the
@@ -26,8 +28,9 @@ import (
 //     an outage (from the breaker's opening) or a pause, and the waiters highest severity
 //     first, in arrival order within a severity (no failsafe-go policy
 //     orders waiters, so this ordering is the gate's own);
-//   - the rate limit (failsafe-go's bursty rate limiter) gives every HTTP
-//     try its permit, retries included, before the per-try timeout starts.
+//   - the rate limit (rateWait, on failsafe-go's bursty rate limiter) gives
+//     every HTTP try its permit, retries included, before the per-try
+//     timeout starts.
 //
 // A message waiting at either is held like one held by the open breaker:
 // progress acks run, no delivery is spent, shutdown hands it back. With
@@ -110,22 +113,42 @@ func (l adaptiveLimit) tryAcquire() (func(bool), bool) {
 
 func (l adaptiveLimit) limit() int { return l.l.Limit() }
 
+// newLimiter builds the concurrency limit of a destination; nil when none.
+func newLimiter(c *config.Concurrency) limiter {
+	switch {
+	case c == nil:
+		return nil
+	case c.Adaptive:
+		initial := c.Min // from the bottom: the baseline latency is then the unloaded one
+		return adaptiveLimit{l: adaptivelimiter.NewBuilder[any]().
+			WithLimits(uint(c.Min), uint(c.Max), uint(initial)).
+			WithRecentWindow(adaptiveWindowMin, adaptiveWindowMax, adaptiveWindowSamples).
+			WithBaselineWindow(adaptiveBaselineAge).
+			Build()}
+	}
+	return fixedLimit{b: bulkhead.New[any](uint(c.Max)), max: c.Max}
+}
+
 // waiter is one attempt waiting at the gate.
 type waiter struct {
 	grant chan func(bool) // receives the release of its admission
 }
 
-// gate admits a destination's attempts; see the file comment.
+// slowStartFrom is the first cap of a slow start: one attempt at a time.
+const slowStartFrom = 1
+
+// gate admits a destination's attempts (see the file comment); it is the
+// outermost stage of the destination's pipeline (pipeline.go).
 type gate struct {
 	active atomic.Bool // anything to enforce: a limit, a ramp or a pause
 	// full is the concurrency of the destination without a limit: the sum
 	// of its routes' max_in_flight, the ramp's target then.
 	full int
 	lim  limiter // nil without a concurrency limit
-	// rank orders waiters: severityRank (0 first). rampStart is the first
-	// cap of a slow start (1); one at or above the target means none.
-	rank      func(subjects.Severity) int
-	rampStart int
+
+	dest string
+	m    *metrics // nil: no metrics
+	log  zerolog.Logger
 
 	mu       sync.Mutex
 	waiting  [len(severities)][]*waiter
@@ -136,13 +159,61 @@ type gate struct {
 	paused   time.Time // no admission before then
 	pauseT   *time.Timer
 	closed   bool
-	onChange func() // metrics: called with mu held after every change
 }
 
-func newGate(lim limiter, full int) *gate {
-	g := &gate{lim: lim, full: full, rank: severityRank, rampStart: 1}
+// newGate builds the gate of a destination (dest, with its metrics m and
+// logger) with the concurrency limit lim (nil: none).
+func newGate(lim limiter, dest string, m *metrics, log zerolog.Logger) *gate {
+	g := &gate{lim: lim, dest: dest, m: m, log: log}
 	g.active.Store(lim != nil)
 	return g
+}
+
+// ToExecutor makes the gate a failsafe-go policy: the pipeline's first.
+func (g *gate) ToExecutor(*response) any { return g }
+
+// Apply runs an attempt once the gate admits it (the attempt's admission,
+// attemptOf, says how long to wait and in which order), releases its
+// admission when its tries are over, and pauses the destination when the
+// last try's response asks to wait (back-pressure).
+func (g *gate) Apply(inner func(failsafe.Execution[*response]) *common.PolicyResult[*response]) func(failsafe.Execution[*response]) *common.PolicyResult[*response] {
+	return func(exec failsafe.Execution[*response]) *common.PolicyResult[*response] {
+		adm := admission{hold: exec.Context(), severity: subjects.Info}
+		if a := attemptOf(exec.Context()); a != nil {
+			adm = a.adm
+		}
+		release, err := g.acquire(adm.hold, adm.severity)
+		if err != nil {
+			return &common.PolicyResult[*response]{Error: errHeldAtGate, Done: true}
+		}
+		r := inner(exec)
+		res := r.Result
+		if r.Error != nil {
+			res = nil
+		}
+		// A response (any status) measures the destination: its duration
+		// teaches the adaptive limit; a 2xx is a slow-start step.
+		release(res != nil, res.ok())
+		g.backPressure(res, adm.maxPause)
+		return r
+	}
+}
+
+// backPressure pauses new attempts to the destination, from every route,
+// for as long as res asks (a 429 or 503 with Retry-After, capped by
+// maxPause).
+func (g *gate) backPressure(res *response, maxPause time.Duration) {
+	pause := res.pause(maxPause)
+	if pause <= 0 {
+		return
+	}
+	if g.m != nil {
+		g.m.paused(g.dest, g.pause(pause))
+	} else {
+		g.pause(pause)
+	}
+	g.log.Info().Int("status", res.status).Str("pause", pause.String()).
+		Msg("destination asked to wait (Retry-After): no new requests to it from any route until then")
 }
 
 // acquire waits for the attempt's admission (see gate) and returns its
@@ -161,7 +232,7 @@ func (g *gate) acquire(ctx context.Context, sev subjects.Severity) (release func
 		}
 	}
 	w := &waiter{grant: make(chan func(bool), 1)}
-	rank := g.rank(sev)
+	rank := severityRank(sev)
 	g.waiting[rank] = append(g.waiting[rank], w)
 	g.changed()
 	g.mu.Unlock()
@@ -172,8 +243,8 @@ func (g *gate) acquire(ctx context.Context, sev subjects.Severity) (release func
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if q := g.waiting[rank]; removeWaiter(&q, w) {
-		g.waiting[rank] = q
+	if i := slices.Index(g.waiting[rank], w); i >= 0 {
+		g.waiting[rank] = slices.Delete(g.waiting[rank], i, i+1)
 		g.changed()
 		return nil, ctx.Err()
 	}
@@ -184,16 +255,6 @@ func (g *gate) acquire(ctx context.Context, sev subjects.Severity) (release func
 }
 
 func noRelease(bool, bool) {}
-
-func removeWaiter(q *[]*waiter, w *waiter) bool {
-	for i, x := range *q {
-		if x == w {
-			*q = append((*q)[:i], (*q)[i+1:]...)
-			return true
-		}
-	}
-	return false
-}
 
 func (g *gate) queued() int {
 	n := 0
@@ -292,10 +353,10 @@ func (g *gate) startRamp() {
 }
 
 func (g *gate) startRampLocked() {
-	if g.closed || g.rampStart >= g.target() {
+	if g.closed || slowStartFrom >= g.target() {
 		return
 	}
-	g.ramp, g.rampOK, g.rampAt = g.rampStart, 0, time.Now()
+	g.ramp, g.rampOK, g.rampAt = slowStartFrom, 0, time.Now()
 	g.active.Store(true)
 	g.changed()
 }
@@ -347,8 +408,8 @@ func (g *gate) close() {
 
 // changed reports the gate's state to its metrics. Called with mu held.
 func (g *gate) changed() {
-	if g.onChange != nil {
-		g.onChange()
+	if g.m != nil {
+		g.m.observeGate(g.dest, g.statusLocked())
 	}
 }
 
@@ -361,7 +422,16 @@ type GateStatus struct {
 	PausedFor        string         `json:"paused_for,omitempty"`
 }
 
-// status is the gate's state; with mu held it is consistent.
+// effectiveLimit is the concurrency limit in force: the limit, or the
+// slow-start ramp while it is lower; 0 when none applies.
+func (s GateStatus) effectiveLimit() int {
+	if s.SlowStart > 0 && (s.ConcurrencyLimit == 0 || s.SlowStart < s.ConcurrencyLimit) {
+		return s.SlowStart
+	}
+	return s.ConcurrencyLimit
+}
+
+// statusLocked is the gate's state. Called with mu held.
 func (g *gate) statusLocked() GateStatus {
 	st := GateStatus{InFlight: g.inflight, Waiting: make(map[string]int, len(severities)), SlowStart: g.ramp}
 	if g.lim != nil {
@@ -376,129 +446,9 @@ func (g *gate) statusLocked() GateStatus {
 	return st
 }
 
-func (g *gate) status() GateStatus {
+// Status is the gate's state, consistent at one instant.
+func (g *gate) Status() GateStatus {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.statusLocked()
-}
-
-// retryAfterPause is how long a destination is paused after an attempt
-// failed with failure: the Retry-After of a 429 or 503, capped by the
-// route's max_retry_after; 0 for anything else.
-func retryAfterPause(failure error, maxRetryAfter time.Duration) time.Duration {
-	if failure == nil {
-		return 0
-	}
-	var de *DownstreamError
-	if !errors.As(failure, &de) || de.RetryAfter <= 0 ||
-		de.Status != http.StatusTooManyRequests && de.Status != http.StatusServiceUnavailable {
-		return 0
-	}
-	return max(min(de.RetryAfter, maxRetryAfter), 0)
-}
-
-// newLimiter builds the concurrency limit of a destination; nil when none.
-func newLimiter(c *config.Concurrency) limiter {
-	switch {
-	case c == nil:
-		return nil
-	case c.Adaptive:
-		initial := c.Min // from the bottom: the baseline latency is then the unloaded one
-		return adaptiveLimit{l: adaptivelimiter.NewBuilder[any]().
-			WithLimits(uint(c.Min), uint(c.Max), uint(initial)).
-			WithRecentWindow(adaptiveWindowMin, adaptiveWindowMax, adaptiveWindowSamples).
-			WithBaselineWindow(adaptiveBaselineAge).
-			Build()}
-	}
-	return fixedLimit{b: bulkhead.New[any](uint(c.Max)), max: c.Max}
-}
-
-// newRateLimiter builds the rate limit of a destination: Burst permits
-// every ratePeriod, so at most Requests per Per on average and never more
-// than Burst at once (see destination.waitRate). nil when none.
-func newRateLimiter(rl *config.RateLimit) ratelimiter.RateLimiter[*response] {
-	if rl == nil {
-		return nil
-	}
-	return ratelimiter.NewBursty[*response](uint(rl.Burst), ratePeriod(rl))
-}
-
-// ratePeriod is Per*Burst/Requests: the period in which a rate limit's
-// Burst permits are refilled.
-func ratePeriod(rl *config.RateLimit) time.Duration {
-	if rl == nil {
-		return 0
-	}
-	return rl.Per.D() * time.Duration(rl.Burst) / time.Duration(rl.Requests)
-}
-
-// retryBudget bounds a destination's in-process retries (transport and
-// status) over a sliding second: a retry is allowed while the retries of
-// the last second stay at or below ratio of its requests (retries
-// included) plus minPerSecond. Beyond it the failure is left to the
-// broker's redelivery, with its backoff.
-//
-// failsafe-go's budget bounds retries in flight against executions in
-// flight, with no time window; that cannot give this rule (measured: 0.29
-// of the requests with a ratio of 0.2), and a retry it refuses loses the
-// last real failure. This budget is asked by the retry policies' AbortIf,
-// which keeps the failure as it is.
-type retryBudget struct {
-	ratio        float64
-	minPerSecond float64
-
-	mu      sync.Mutex
-	buckets [budgetBuckets]budgetBucket
-}
-
-const (
-	budgetBuckets = 10
-	budgetSlot    = time.Second / budgetBuckets
-)
-
-type budgetBucket struct {
-	idx               int64 // which tenth of a second it counts
-	requests, retries int
-}
-
-func newRetryBudget(c *config.RetryBudget) *retryBudget {
-	if c == nil {
-		return nil
-	}
-	return &retryBudget{ratio: c.Ratio, minPerSecond: float64(c.MinPerSecond)}
-}
-
-func (b *retryBudget) bucket(idx int64) *budgetBucket {
-	bk := &b.buckets[idx%budgetBuckets]
-	if bk.idx != idx {
-		*bk = budgetBucket{idx: idx}
-	}
-	return bk
-}
-
-// request counts one HTTP request to the destination.
-func (b *retryBudget) request(now time.Time) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.bucket(int64(now.UnixNano())/int64(budgetSlot)).requests++
-}
-
-// allowRetry reports whether one more retry fits the budget, and counts it
-// when it does.
-func (b *retryBudget) allowRetry(now time.Time) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	idx := int64(now.UnixNano()) / int64(budgetSlot)
-	requests, retries := 0, 0
-	for _, bk := range b.buckets {
-		if bk.idx > idx-budgetBuckets && bk.idx <= idx {
-			requests += bk.requests
-			retries += bk.retries
-		}
-	}
-	if float64(retries+1) > b.ratio*float64(requests)+b.minPerSecond {
-		return false
-	}
-	b.bucket(idx).retries++
-	return true
 }

@@ -223,7 +223,7 @@ routes:
 		t.Fatal(err)
 	}
 	expectBroken(t, "limit not enforced", func(t testing.TB) error {
-		return check(t, func(b *Bridge) { b.dests["d"].gate = newGate(nil, 0) })
+		return check(t, func(b *Bridge) { unlimited(b.dests["d"]) })
 	})
 }
 
@@ -304,8 +304,8 @@ routes:
 		h := startTweaked(t, natstest.Start(t), cfg, tweak)
 		publishN(h, "events.info.x", "i", 2000)
 		// Wait until the INFO route fills the gate's queue.
-		if !waitUntil(30*time.Second, func() bool { return h.b.dests["d"].gate.status().Waiting[string(subjects.Info)] >= 250 }) {
-			return fmt.Errorf("the INFO events never queued at the gate: %+v", h.b.dests["d"].gate.status())
+		if !waitUntil(30*time.Second, func() bool { return h.b.dests["d"].gate.Status().Waiting[string(subjects.Info)] >= 250 }) {
+			return fmt.Errorf("the INFO events never queued at the gate: %+v", h.b.dests["d"].gate.Status())
 		}
 		before := len(sink.arrivals())
 		publishN(h, "events.critical.x", "c", 20)
@@ -342,7 +342,7 @@ routes:
 		t.Fatal(err)
 	}
 	expectBroken(t, "one FIFO queue", func(t testing.TB) error {
-		return check(t, func(b *Bridge) { b.dests["d"].gate.rank = func(subjects.Severity) int { return 2 } })
+		return check(t, func(b *Bridge) { oneQueue(b.dests["d"]) })
 	})
 }
 
@@ -486,7 +486,7 @@ routes:
 		t.Fatal(err)
 	}
 	expectBroken(t, "no slow start", func(t testing.TB) error {
-		return check(t, func(b *Bridge) { b.dests["d"].gate.rampStart = 1 << 20 })
+		return check(t, func(b *Bridge) { noSlowStart(b, b.dests["d"]) })
 	})
 }
 

@@ -1,12 +1,9 @@
 package bridge
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -14,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/failsafe-go/failsafe-go"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -336,9 +332,6 @@ type faults struct {
 	keptForever             bool // a try's context is kept for its body and never released
 }
 
-// is5xx is the broken retry conditions' test: any 5xx response.
-func is5xx(r *response, err error) bool { return err == nil && r != nil && r.status >= 500 }
-
 // parts are defaultParts with the broken variants f names.
 func (f faults) parts() parts {
 	p := defaultParts()
@@ -365,35 +358,6 @@ func (f faults) parts() parts {
 			f.beforeAck()
 			return ackMsg(ctx, m, connected)
 		}
-	}
-	if f.transportRetryStatuses {
-		p.transportRetryable = func(r *response, err error) bool { return isTransport(err) || is5xx(r, err) }
-	}
-	if f.transportRetryOnlyOn5xx {
-		p.transportRetryable = is5xx
-	}
-	if f.statusRetryAnyCode {
-		p.statusRetryable = func([]int) func(*response, error) bool { return is5xx }
-	}
-	if f.breakerIgnoresStatuses {
-		p.breakerFailure = func([]int) func(*response, error) bool {
-			return func(_ *response, err error) bool { return err != nil && !errors.Is(err, context.Canceled) }
-		}
-	}
-	if f.keepGetBody {
-		p.request = func(ctx context.Context, d *destination, pl *payload, now time.Time) (*http.Request, error) {
-			req, err := pl.request(ctx, d, now)
-			if err == nil {
-				req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(pl.body)), nil }
-			}
-			return req, err
-		}
-	}
-	if f.noBackPressure {
-		p.pauseFor = func(error, time.Duration) time.Duration { return 0 }
-	}
-	if f.retryAfterIgnored {
-		p.retryAfter = func(http.Header, time.Time) time.Duration { return 0 }
 	}
 	if f.noHold {
 		p.decide = func(err error, delivered uint64, pol SettlePolicy) Decision {
@@ -428,26 +392,13 @@ func (f faults) parts() parts {
 	if f.noProgress {
 		p.progress = func(*route, int, jetstream.Msg, *atomic.Pointer[lease]) stopper { return noStop{} }
 	}
-	if f.keptForever {
-		p.keepContext = func(exec failsafe.Execution[*response]) context.CancelFunc {
-			keepContext(exec) // deferred, and the release thrown away
-			return func() {}
-		}
-	}
-	if f.drainInNextTry {
-		p.beforeRetry = func(*response) {} // attemptState.try finishes it as the next try starts
-	}
-	if f.bodyEndsWithTry {
-		// Nothing kept: the timeout policy cancels the try's context as
-		// the try returns, before the body is drained.
-		p.keepContext = func(failsafe.Execution[*response]) context.CancelFunc { return func() {} }
-	}
 	return p
 }
 
 // tweak applies the broken values f names to a built bridge.
 func (f faults) tweak(b *Bridge) {
 	f.breakSafetyNet(b)
+	f.breakDestinations(b)
 	if f.maxDeliverOffByOne {
 		for _, r := range b.routes {
 			r.policy.MaxDeliver++

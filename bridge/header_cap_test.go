@@ -68,12 +68,11 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	parts := defaultParts()
-	d, err := newDestination(cfg.Destinations["d"], zerolog.Nop(), nil, m, &parts)
+	d, err := newDestination(cfg.Destinations["d"], zerolog.Nop(), nil, m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(d.transport.CloseIdleConnections)
+	t.Cleanup(d.close)
 	if adjust != nil {
 		adjust(d)
 	}
@@ -86,7 +85,7 @@ routes:
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	_, failure = d.attempt(ctx, p)
+	_, failure = d.attempt(ctx, p, admission{hold: ctx, severity: subjects.Info})
 	if handled.Load() != 1 {
 		t.Fatalf("the destination handled %d requests, want 1", handled.Load())
 	}
@@ -135,7 +134,9 @@ func TestResponseHeaderCap(t *testing.T) {
 			}
 			expectBroken(t, "transport built without the cap", func(t testing.TB) error {
 				return headersRefused(t, bomb, h2, func(d *destination) {
-					d.transport = destinationTransport(d.transport.TLSClientConfig, 0)
+					p := *d.pipe.Load()
+					p.transport = destinationTransport(p.transport.(*http.Transport).TLSClientConfig, 0)
+					d.replace(p.build())
 				})
 			})
 		})

@@ -263,20 +263,14 @@ func (m *metrics) observeSettled(s Settled) {
 	}
 }
 
-// observeGate sets a destination's flow-control gauges; called by the gate
-// with its lock held, on changes only (never on its fast path).
-func (m *metrics) observeGate(dest string, g *gate) {
-	limit := 0
-	if g.lim != nil {
-		limit = g.lim.limit()
-	}
-	if g.ramp > 0 && (limit == 0 || g.ramp < limit) {
-		limit = g.ramp
-	}
-	m.concurrencyLimit.WithLabelValues(dest).Set(float64(limit))
-	m.gateInFlight.WithLabelValues(dest).Set(float64(g.inflight))
-	for r, sev := range severities {
-		m.waiting.WithLabelValues(dest, string(sev)).Set(float64(len(g.waiting[r])))
+// observeGate sets a destination's flow-control gauges from its gate's
+// status; called by the gate with its lock held, on changes only (never
+// on its fast path).
+func (m *metrics) observeGate(dest string, st GateStatus) {
+	m.concurrencyLimit.WithLabelValues(dest).Set(float64(st.effectiveLimit()))
+	m.gateInFlight.WithLabelValues(dest).Set(float64(st.InFlight))
+	for sev, n := range st.Waiting {
+		m.waiting.WithLabelValues(dest, sev).Set(float64(n))
 	}
 }
 

@@ -2,13 +2,9 @@ package bridge
 
 import (
 	"context"
-	"errors"
-	"net/http"
-	"slices"
 	"sync/atomic"
 	"time"
 
-	"github.com/failsafe-go/failsafe-go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -19,27 +15,9 @@ import (
 // red when the behaviour it names is broken. Nothing else in the package
 // reads a test switch: a Bridge built by New always runs defaultParts.
 type parts struct {
-	// transportRetryable is the condition of the transport retry: no HTTP
-	// response was obtained (never a status, so an HTTP 500 is never
-	// transport-retried).
-	transportRetryable func(r *response, err error) bool
-	// statusRetryable builds the condition of the status retry from the
-	// destination's listed codes.
-	statusRetryable func(codes []int) func(r *response, err error) bool
-	// breakerFailure builds the breaker's failure predicate from the
-	// destination's breaker statuses: every transport error, and the listed
-	// statuses.
-	breakerFailure func(statuses []int) func(r *response, err error) bool
-	// retryAfter reads a response's Retry-After (seconds or HTTP-date,
-	// against its Date header).
-	retryAfter func(h http.Header, now time.Time) time.Duration
 	// severity decides an event's severity from its Event-Severity header
 	// and its subject (severityOf, event.go).
 	severity severityRule
-	// request builds one HTTP try of a payload.
-	request func(ctx context.Context, d *destination, p *payload, now time.Time) (*http.Request, error)
-	// pauseFor is how long a failure pauses the destination (back-pressure).
-	pauseFor func(failure error, maxRetryAfter time.Duration) time.Duration
 	// decide maps an attempt's failure to a settlement (Decide).
 	decide func(err error, delivered uint64, p SettlePolicy) Decision
 	// progress keeps a message from being redelivered while worker w works
@@ -55,57 +33,18 @@ type parts struct {
 	// pullHeartbeat is the idle heartbeat a pull asks for, given whether
 	// the last pull that ended came back full; 0 for none (pull.go).
 	pullHeartbeat func(lastFull bool) time.Duration
-	// keepContext keeps a try's context, and so its response body, alive
-	// after the try has returned, until the returned func is called
-	// (destination.go).
-	keepContext func(exec failsafe.Execution[*response]) context.CancelFunc
-	// beforeRetry finishes a try's response (drains and closes its body)
-	// when a retry policy schedules the next try: outside that try's
-	// timeout (destination.go).
-	beforeRetry func(r *response)
 }
 
 // defaultParts are the parts of every production bridge.
 func defaultParts() parts {
 	p := parts{
-		transportRetryable: func(_ *response, err error) bool { return isTransport(err) },
-		statusRetryable:    listedStatus,
-		breakerFailure:     breakerFailure,
-		severity:           severityOf,
-		retryAfter: func(h http.Header, now time.Time) time.Duration {
-			return parseRetryAfter(h.Get("Retry-After"), h.Get("Date"), now)
-		},
-		request: func(ctx context.Context, d *destination, p *payload, now time.Time) (*http.Request, error) {
-			return p.request(ctx, d, now)
-		},
+		severity:      severityOf,
 		decide:        Decide,
-		pauseFor:      retryAfterPause,
 		progress:      (*route).progress,
 		ack:           ackMsg,
 		reservations:  newReservations,
 		overlap:       overlapSlots,
 		pullHeartbeat: pullHeartbeat,
-		keepContext:   keepContext,
-		beforeRetry:   (*response).finish,
 	}
 	return p
-}
-
-// listedStatus is the status retry's condition: a response whose status is
-// one of codes.
-func listedStatus(codes []int) func(r *response, err error) bool {
-	return func(r *response, err error) bool {
-		return err == nil && r != nil && slices.Contains(codes, r.status)
-	}
-}
-
-// breakerFailure is the breaker's failure predicate: any error but a
-// cancellation (shutdown is nobody's failure), and the listed statuses.
-func breakerFailure(statuses []int) func(r *response, err error) bool {
-	return func(r *response, err error) bool {
-		if err != nil {
-			return !errors.Is(err, context.Canceled)
-		}
-		return r != nil && slices.Contains(statuses, r.status)
-	}
 }

@@ -238,7 +238,7 @@ func (r *route) pull(ctx context.Context, jobs chan<- *pullShare) {
 			continue
 		}
 		if st := r.dest.state(); st != BreakerClosed {
-			if st == BreakerOpen && r.dest.breaker.RemainingDelay() > 0 {
+			if st == BreakerOpen && r.dest.breaker().RemainingDelay() > 0 {
 				r.release(n) // it opened while we waited for a slot
 				continue
 			}

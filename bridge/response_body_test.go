@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/failsafe-go/failsafe-go"
-	"github.com/failsafe-go/failsafe-go/policy"
 	"github.com/failsafe-go/failsafe-go/retrypolicy"
 	"github.com/failsafe-go/failsafe-go/timeout"
 
@@ -159,14 +158,16 @@ func statusWhenFailed(status int) int {
 	return status
 }
 
-// A try's kept context ends when its response is released, and only then,
-// however often and late a release comes: finish's drain timer may call
-// it a second time, behind the next try (README "Performance"). The
-// check runs failsafe-go's own retry and timeout policies: a 503 is
-// retried, the second try answers 200, and the first response is
-// released once more both during the second try and after the attempt.
+// A try's request context outlives the try once the response headers are
+// in, and ends when its response is released, however often and late a
+// release comes (finish's drain timer may call it a second time, behind
+// the next try). The check runs failsafe-go's own retry policy: a 503 is
+// retried, the second try answers 200, and the first response is released
+// once more both during the second try and after the attempt. A per-try
+// timeout that fires before the headers ends the request context.
 func TestKeptContextEndsOnceReleased(t *testing.T) {
-	check := func(keep func(failsafe.Execution[*response]) context.CancelFunc) error {
+	type keeper func(exec failsafe.Execution[*response]) (context.Context, func() bool, context.CancelFunc)
+	check := func(keep keeper) error {
 		var ctxs []context.Context
 		var releases []context.CancelFunc
 		retry := retrypolicy.NewBuilder[*response]().
@@ -179,8 +180,12 @@ func TestKeptContextEndsOnceReleased(t *testing.T) {
 				if n := len(releases); n > 0 {
 					releases[n-1]() // the next try finishes the last response first (attemptState.try)
 				}
-				ctxs = append(ctxs, exec.Context())
-				releases = append(releases, keep(exec))
+				ctx, headersIn, release := keep(exec)
+				if !headersIn() {
+					t.Fatal("the per-try timeout fired before the headers")
+				}
+				ctxs = append(ctxs, ctx)
+				releases = append(releases, release)
 				if len(ctxs) == 1 {
 					return &response{status: 503}, nil
 				}
@@ -203,14 +208,23 @@ func TestKeptContextEndsOnceReleased(t *testing.T) {
 		}
 		return nil
 	}
-	if err := check(keepContext); err != nil {
+	if err := check(func(failsafe.Execution[*response]) (context.Context, func() bool, context.CancelFunc) {
+		return tryContext(context.Background(), time.Minute)
+	}); err != nil {
 		t.Fatal(err)
 	}
-	expectBroken(t, "a release that is not once-only (failsafe-go's DeferCancel func as is)", func(testing.TB) error {
-		return check(func(exec failsafe.Execution[*response]) context.CancelFunc {
-			return exec.(policy.ExecutionInternal[*response]).DeferCancel()
+	expectBroken(t, "the request runs on failsafe-go's per-try context (a timeout policy's, which ends as the try returns)", func(testing.TB) error {
+		return check(func(exec failsafe.Execution[*response]) (context.Context, func() bool, context.CancelFunc) {
+			return exec.Context(), func() bool { return true }, func() {}
 		})
 	})
+
+	ctx, headersIn, release := tryContext(context.Background(), time.Millisecond)
+	defer release()
+	<-ctx.Done()
+	if headersIn() {
+		t.Fatal("headers in after the per-try timeout fired")
+	}
 }
 
 // A retried response's body is drained before the retry's delay, never in
@@ -266,8 +280,7 @@ routes:
 
 // Every try's context ends once its message is settled, whatever the try
 // got: a 503 with a body (retried in process), then a 200 with a body, on
-// a destination with and without a rate limit (whose per-try timeout runs
-// in an executor of its own). A context kept for a body and never
+// a destination with and without a rate limit. A context kept for a body and never
 // released would stay registered in the bridge's work context for good.
 func TestEveryTryContextEnds(t *testing.T) {
 	check := func(t testing.TB, flow string, f faults) error {
@@ -295,13 +308,11 @@ routes:
 		var mu sync.Mutex
 		var ctxs []context.Context
 		h := startHarness(t, natstest.Start(t), cfg, f, func(b *Bridge) {
-			build := b.parts.request
-			b.parts.request = func(ctx context.Context, d *destination, p *payload, now time.Time) (*http.Request, error) {
+			onRequest(b.dests["d"], func(req *http.Request) {
 				mu.Lock()
-				ctxs = append(ctxs, ctx)
+				ctxs = append(ctxs, req.Context())
 				mu.Unlock()
-				return build(ctx, d, p, now)
-			}
+			})
 		})
 		h.publish("events.info.x", "e1", []byte(`{"n":1}`), nil)
 		out := h.waitOutcomes(1, settleWait, nil)

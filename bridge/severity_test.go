@@ -205,7 +205,7 @@ routes:
 		h := startTweaked(t, natstest.Start(t), cfg, tweak)
 		t.Cleanup(sink.free) // before the bridge stops: a check that failed early leaves the first request held
 		g := h.b.dests["d"].gate
-		waiting := func() map[string]int { return g.status().Waiting }
+		waiting := func() map[string]int { return g.Status().Waiting }
 		total := func() int {
 			n := 0
 			for _, v := range waiting() {

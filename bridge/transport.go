@@ -16,8 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/failsafe-go/failsafe-go/timeout"
-
 	"github.com/sotercare/jetbridge/config"
 )
 
@@ -85,10 +83,10 @@ func destinationTransport(tlsConf *tls.Config, maxHeaderBytes int64) *http.Trans
 // (a drain at max_in_flight 1024 opened 1,051).
 func (d *destination) sizePool() {
 	d.gate.full = d.poolSize // the slow-start ramp's target without a concurrency limit
-	if d.poolSize <= 0 {
+	tr, ok := d.pipe.Load().transport.(*http.Transport)
+	if d.poolSize <= 0 || !ok {
 		return
 	}
-	tr := d.transport
 	tr.MaxIdleConns = max(d.poolSize, 1)
 	tr.MaxIdleConnsPerHost = max(d.poolSize, 1)
 	tr.MaxConnsPerHost = max(d.poolSize, 1)
@@ -97,7 +95,7 @@ func (d *destination) sizePool() {
 // isTransport reports whether err means no HTTP response was obtained.
 func isTransport(err error) bool {
 	var te *TransportError
-	return errors.As(err, &te) || errors.Is(err, timeout.ErrExceeded)
+	return errors.As(err, &te)
 }
 
 // transportError classifies a client error into a short kind. The *url.Error
@@ -116,7 +114,7 @@ func transportError(dest string, err error) *TransportError {
 		recErr  tls.RecordHeaderError
 	)
 	switch {
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled), os.IsTimeout(err):
+	case errors.Is(err, errTryTimeout), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled), os.IsTimeout(err):
 		kind = kindTimeout
 	case errors.Is(err, syscall.ECONNREFUSED):
 		kind = kindRefused
