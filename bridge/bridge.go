@@ -16,12 +16,16 @@ import (
 	"github.com/sotercare/jetbridge/deadletter"
 )
 
-// Outcomes of a settled message, as in the bridge_messages_total metric.
+// Outcome is how a message was settled, as in the bridge_messages_total
+// metric's outcome label.
+type Outcome string
+
+// Outcomes of a settled message.
 const (
-	OutcomeDelivered           = "delivered"
-	OutcomeRedeliveryScheduled = "redelivery_scheduled"
-	OutcomeDeadLettered        = "dead_lettered"
-	OutcomeDuplicateSkipped    = "duplicate_skipped"
+	OutcomeDelivered           Outcome = "delivered"
+	OutcomeRedeliveryScheduled Outcome = "redelivery_scheduled"
+	OutcomeDeadLettered        Outcome = "dead_lettered"
+	OutcomeDuplicateSkipped    Outcome = "duplicate_skipped"
 )
 
 // Settled describes one settled message. It carries identifiers only,
@@ -33,7 +37,7 @@ type Settled struct {
 	Seq         uint64
 	Delivered   uint64 // JetStream delivery count
 	EventID     string
-	Outcome     string            // one of the Outcome* constants
+	Outcome     Outcome
 	Reason      deadletter.Reason // dead letters
 	Delay       time.Duration     // redeliveries: the NakWithDelay delay
 	Tries       int               // HTTP requests sent for this delivery
@@ -69,7 +73,7 @@ type Bridge struct {
 	m      *metrics
 	// storeHealth: whether the idempotency bucket takes reservations.
 	storeHealth storeHealth
-	idem        *reservations // nil unless a route has idempotency; set by Provision
+	idem        reservationStore // nil unless a route has idempotency; set by Provision
 	// advisoryCons reads the stored MAX_DELIVERIES advisories; set by Provision.
 	advisoryCons jetstream.Consumer
 	ready        chan struct{}         // closed once provisioned and pulling
@@ -145,6 +149,7 @@ func newBridge(cfg *config.Config, js jetstream.JetStream, opts Options, p parts
 func (b *Bridge) Run(ctx context.Context) error {
 	// Provisioning is retried until it succeeds: a broker that is not
 	// reachable yet (or restarting) is a reason to wait, not to exit.
+	pause := newRetryBackoff()
 	for failures := 1; ; failures++ {
 		err := b.Provision(ctx)
 		if err == nil {
@@ -155,18 +160,18 @@ func (b *Bridge) Run(ctx context.Context) error {
 		}
 		b.provisionErr.Store(&err)
 		b.log.Error().Str("error", err.Error()).Int("failures", failures).Msg("provisioning failed; retrying")
-		sleep(ctx, retryPause(failures))
+		sleep(ctx, pause.NextBackOff())
 	}
 	// Attempts run on their own context so that a signal stops the pulling
 	// at once but lets in-flight HTTP requests finish.
 	work, stopWork := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopWork(nil)
 
-	var loops, workers, keepers sync.WaitGroup
+	var loops, keepers sync.WaitGroup
 	workersDone := make(chan struct{})
 	for _, r := range b.routes {
-		jobs := r.startWorkers(ctx, work, &workers)
-		loops.Go(func() { r.pull(ctx, jobs) })
+		r.workers.start(ctx, work)
+		r.puller.start(ctx)
 		loops.Go(func() { r.watchdog(ctx) })
 		// Progress acks run until every worker has settled what it holds,
 		// the drain included.
@@ -176,10 +181,21 @@ func (b *Bridge) Run(ctx context.Context) error {
 	loops.Go(func() { b.parts.safetyNet(b, ctx) })
 	close(b.ready)
 	b.log.Info().Int("routes", len(b.routes)).Msg("bridge running")
+	<-ctx.Done()
+	for _, r := range b.routes {
+		r.puller.stop()
+	}
 	loops.Wait()
 
 	drained := make(chan struct{})
-	go func() { workers.Wait(); close(workersDone); keepers.Wait(); close(drained) }()
+	go func() {
+		for _, r := range b.routes {
+			r.workers.stop()
+		}
+		close(workersDone)
+		keepers.Wait()
+		close(drained)
+	}()
 	grace := b.cfg.ShutdownTimeout.D()
 	b.log.Info().Str("shutdown_timeout", grace.String()).Msg("stopped pulling; draining in-flight attempts")
 	t := time.NewTimer(grace)

@@ -10,7 +10,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -181,7 +180,7 @@ func (h *harness) waitOutcomes(n int, timeout time.Duration, keep func(Settled) 
 	return got
 }
 
-func outcomeIs(o string) func(Settled) bool {
+func outcomeIs(o Outcome) func(Settled) bool {
 	return func(s Settled) bool { return s.Outcome == o }
 }
 
@@ -301,7 +300,8 @@ func provisioned(t testing.TB, cfg *config.Config, js jetstream.JetStream, p par
 }
 
 // faults names the deliberately broken variants of the negative controls:
-// each field replaces one part of the bridge (see parts.go) or one value
+// each field replaces one part of the bridge (see parts.go), one value of
+// a built bridge, or what a seam of it gives (see core_faults_test.go)
 // with a broken one, so that a test can show it goes red when the
 // behaviour it names is broken. The zero value is the real bridge.
 type faults struct {
@@ -342,30 +342,6 @@ func is5xx(r *response, err error) bool { return err == nil && r != nil && r.sta
 // parts are defaultParts with the broken variants f names.
 func (f faults) parts() parts {
 	p := defaultParts()
-	if f.reserveCreate != nil || f.noTakeover || f.keepReservationOnFailure || f.contentBlind {
-		p.reservations = func(kv jetstream.KeyValue) *reservations {
-			s := newReservations(kv)
-			if f.reserveCreate != nil {
-				s.create = f.reserveCreate(kv)
-			}
-			if f.noTakeover {
-				s.abandoned = func(holder, holder, time.Duration, time.Duration) bool { return false }
-			}
-			if f.keepReservationOnFailure {
-				s.release = func(context.Context, *lease) error { return nil }
-			}
-			if f.contentBlind {
-				s.differs = func(holder, holder) string { return "" }
-			}
-			return s
-		}
-	}
-	if f.beforeAck != nil {
-		p.ack = func(ctx context.Context, m jetstream.Msg, connected bool) error {
-			f.beforeAck()
-			return ackMsg(ctx, m, connected)
-		}
-	}
 	if f.ignoreAdvisories {
 		p.safetyNet = func(*Bridge, context.Context) {}
 	}
@@ -398,39 +374,6 @@ func (f faults) parts() parts {
 	if f.retryAfterIgnored {
 		p.retryAfter = func(http.Header, time.Time) time.Duration { return 0 }
 	}
-	if f.noHold {
-		p.decide = func(err error, delivered uint64, pol SettlePolicy) Decision {
-			if d := Decide(err, delivered, pol); d.Action != Hold {
-				return d
-			}
-			return redeliver(delivered, pol, 0)
-		}
-	}
-	if f.termWithoutDeadLetter {
-		p.decide = func(err error, delivered uint64, pol SettlePolicy) Decision {
-			var dle *DeadLetterError
-			if errors.As(err, &dle) {
-				return Decision{Action: DeadLetter, Reason: dle.Reason}
-			}
-			return Decide(err, delivered, pol)
-		}
-	}
-	if f.progressAfterSettle {
-		p.progress = func(r *route, w int, m jetstream.Msg, held *atomic.Pointer[lease]) stopper {
-			return lateProgress{s: r.progress(w, m, held), r: r, m: m}
-		}
-	}
-	if f.noOverlap {
-		// More free slots than a route has: the next pull waits for the
-		// open one to end.
-		p.overlap = func(maxInFlight int) int { return maxInFlight + 1 }
-	}
-	if f.alwaysPullHeartbeat {
-		p.pullHeartbeat = func(bool) time.Duration { return fetchHeartbeat }
-	}
-	if f.noProgress {
-		p.progress = func(*route, int, jetstream.Msg, *atomic.Pointer[lease]) stopper { return noStop{} }
-	}
 	if f.keptForever {
 		p.keepContext = func(exec failsafe.Execution[*response]) context.CancelFunc {
 			keepContext(exec) // deferred, and the release thrown away
@@ -450,28 +393,5 @@ func (f faults) parts() parts {
 
 // tweak applies the broken values f names to a built bridge.
 func (f faults) tweak(b *Bridge) {
-	if f.maxDeliverOffByOne {
-		for _, r := range b.routes {
-			r.policy.MaxDeliver++
-		}
-	}
-}
-
-// noStop is the progress of a message that gets no progress acks.
-type noStop struct{}
-
-func (noStop) stop() {}
-
-// lateProgress stops the real progress acks, then sends one more just
-// after the settlement: what the race does (nats.go checks that the
-// message is not settled, the settlement goes out, then the progress ack).
-type lateProgress struct {
-	s stopper
-	r *route
-	m jetstream.Msg
-}
-
-func (p lateProgress) stop() {
-	p.s.stop()
-	time.AfterFunc(5*time.Millisecond, func() { _ = p.r.b.js.Conn().Publish(p.m.Reply(), []byte("+WPI")) })
+	f.breakCore(b)
 }

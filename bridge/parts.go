@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/failsafe-go/failsafe-go"
@@ -34,22 +33,10 @@ type parts struct {
 	// retryAfter reads a response's Retry-After (seconds or HTTP-date,
 	// against its Date header).
 	retryAfter func(h http.Header, now time.Time) time.Duration
-	// severity decides an event's severity from its Event-Severity header
-	// and its subject (severityOf, event.go).
-	severity severityRule
 	// request builds one HTTP try of a payload.
 	request func(ctx context.Context, d *destination, p *payload, now time.Time) (*http.Request, error)
 	// pauseFor is how long a failure pauses the destination (back-pressure).
 	pauseFor func(failure error, maxRetryAfter time.Duration) time.Duration
-	// decide maps an attempt's failure to a settlement (Decide).
-	decide func(err error, delivered uint64, p SettlePolicy) Decision
-	// progress keeps a message from being redelivered while worker w works
-	// on it (progress acks every third of ack_wait) until it is stopped.
-	progress func(r *route, w int, m jetstream.Msg, held *atomic.Pointer[lease]) stopper
-	// ack acknowledges a delivered (or duplicate) message.
-	ack func(ctx context.Context, m jetstream.Msg, connected bool) error
-	// reservations builds the idempotency store on the bucket.
-	reservations func(kv jetstream.KeyValue) *reservations
 	// shrinkDeadLetter returns a reduced form of a dead letter that does
 	// not fit (see deadletter_store.go).
 	shrinkDeadLetter func(full *nats.Msg, to dlForm) *nats.Msg
@@ -62,12 +49,6 @@ type parts struct {
 	// safetyNet processes the stored MAX_DELIVERIES advisories until ctx
 	// ends (Bridge.advisories).
 	safetyNet func(b *Bridge, ctx context.Context)
-	// overlap is how many free slots a route waits for before it makes a
-	// pull while another is still open (pull.go).
-	overlap func(maxInFlight int) int
-	// pullHeartbeat is the idle heartbeat a pull asks for, given whether
-	// the last pull that ended came back full; 0 for none (pull.go).
-	pullHeartbeat func(lastFull bool) time.Duration
 	// keepContext keeps a try's context, and so its response body, alive
 	// after the try has returned, until the returned func is called
 	// (destination.go).
@@ -84,23 +65,16 @@ func defaultParts() parts {
 		transportRetryable: func(_ *response, err error) bool { return isTransport(err) },
 		statusRetryable:    listedStatus,
 		breakerFailure:     breakerFailure,
-		severity:           severityOf,
 		retryAfter: func(h http.Header, now time.Time) time.Duration {
 			return parseRetryAfter(h.Get("Retry-After"), h.Get("Date"), now)
 		},
 		request: func(ctx context.Context, d *destination, p *payload, now time.Time) (*http.Request, error) {
 			return p.request(ctx, d, now)
 		},
-		decide:           Decide,
 		pauseFor:         retryAfterPause,
-		progress:         (*route).progress,
-		ack:              ackMsg,
-		reservations:     newReservations,
 		shrinkDeadLetter: shrinkDeadLetter,
 		classifyAdvisory: classifyAdvisoryFailure,
 		safetyNet:        (*Bridge).advisories,
-		overlap:          overlapSlots,
-		pullHeartbeat:    pullHeartbeat,
 		keepContext:      keepContext,
 		beforeRetry:      (*response).finish,
 	}
