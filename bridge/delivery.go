@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -201,8 +202,9 @@ func (d *delivery) reserve(stop context.Context) error {
 	r, ev := d.r, d.ev
 	key := reservationKey(r.cfg.Name, ev.ID)
 	me := holderOf(ev)
-	var since time.Time // when waiting for another delivery's outcome began
-	failures := 0       // store failures in a row
+	var since time.Time                   // when waiting for another delivery's outcome began
+	failures := 0                         // store failures in a row
+	var paced *backoff.ExponentialBackOff // paces them; made at the first
 	for {
 		ctx, cancel := context.WithTimeout(stop, settleTimeout)
 		l, err := r.b.idem.reserve(ctx, key, me, r.cfg.AckWait.D())
@@ -233,11 +235,17 @@ func (d *delivery) reserve(stop context.Context) error {
 		case errors.Is(err, errReserved):
 			r.b.storeHealth.succeeded()
 			failures = 0
+			if paced != nil {
+				paced.Reset()
+			}
 			if since.IsZero() {
 				since = time.Now()
 			}
 		default:
 			failures++
+			if paced == nil {
+				paced = newRetryBackoff()
+			}
 			se := &IdempotencyStoreError{Bucket: r.b.cfg.Idempotency.Bucket, Err: err}
 			r.b.m.idempotencyErrors.WithLabelValues(r.cfg.Name).Inc()
 			r.b.storeHealth.failed(se)
@@ -245,7 +253,7 @@ func (d *delivery) reserve(stop context.Context) error {
 				msgLog(r.log.Warn(), ev).Str("failure", string(deadletter.FailureIdempotencyStore)).Str("error", se.Error()).
 					Msg("idempotency reservation failed: the message is held (no delivery spent) and the reservation tried again until the bucket answers")
 			}
-			pause = retryPause(failures)
+			pause = paced.NextBackOff()
 		}
 		if sleep(stop, pause); stop.Err() != nil {
 			if failures > 0 {
