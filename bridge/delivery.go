@@ -58,17 +58,18 @@ type delivery struct {
 	failure  error                 // what decides the settlement; nil for a 2xx
 }
 
-// handle takes one message from receipt to settlement, on worker w.
-// Attempts run on work; a message held by an open breaker (or waiting for
-// a reservation) is released as soon as stop ends.
-func (r *route) handle(stop, work context.Context, m jetstream.Msg, w int) {
+// handle takes one message from receipt to settlement, on worker w, whose
+// delivery d it reuses (no allocation per message). Attempts run on work;
+// a message held by an open breaker (or waiting for a reservation) is
+// released as soon as stop ends.
+func (r *route) handle(stop, work context.Context, d *delivery, m jetstream.Msg, w int) {
 	r.load.inFlight.Add(1)
 	r.load.gauge.Inc()
 	defer func() {
 		r.load.inFlight.Add(-1)
 		r.load.gauge.Dec()
 	}()
-	d := &delivery{r: r, m: m}
+	d.start(r, m)
 	if !d.receive(w) {
 		d.settle() // not a JetStream message: cannot happen on a pull consumer
 		return
@@ -82,6 +83,13 @@ func (r *route) handle(stop, work context.Context, m jetstream.Msg, w int) {
 		}
 	}
 	d.settle()
+}
+
+// start makes d the delivery of m on r, forgetting the previous one.
+func (d *delivery) start(r *route, m jetstream.Msg) {
+	d.r, d.m, d.ev, d.invalid, d.p = r, m, nil, nil, nil
+	d.lease.Store(nil)
+	d.progress, d.tries, d.failure = nil, 0, nil
 }
 
 // handBack settles a message the route hands back without working on it

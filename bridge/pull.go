@@ -119,6 +119,7 @@ func (p *workerPool) stop() {
 // work is worker w: it takes each job's message and delivers it.
 func (p *workerPool) work(stop, work context.Context, w int) {
 	r := p.r
+	d := new(delivery) // this worker's, reused for each message
 	for share := range p.jobs {
 		m, ok := share.take(r.release)
 		if !ok {
@@ -130,7 +131,7 @@ func (p *workerPool) work(stop, work context.Context, w int) {
 			// message back untouched rather than start new work.
 			r.handBack(m)
 		} else {
-			r.handle(stop, work, m, w)
+			r.handle(stop, work, d, m, w)
 		}
 		r.release(1)
 	}
