@@ -147,20 +147,8 @@ func newBridge(cfg *config.Config, js jetstream.JetStream, opts Options, p parts
 // JetStream for a prompt redelivery), settles every message it holds and
 // returns. It returns nil after a clean shutdown.
 func (b *Bridge) Run(ctx context.Context) error {
-	// Provisioning is retried until it succeeds: a broker that is not
-	// reachable yet (or restarting) is a reason to wait, not to exit.
-	pause := newRetryBackoff()
-	for failures := 1; ; failures++ {
-		err := b.Provision(ctx)
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		b.provisionErr.Store(&err)
-		b.log.Error().Str("error", err.Error()).Int("failures", failures).Msg("provisioning failed; retrying")
-		sleep(ctx, pause.NextBackOff())
+	if !b.provisionRetrying(ctx) {
+		return nil
 	}
 	// Attempts run on their own context so that a signal stops the pulling
 	// at once but lets in-flight HTTP requests finish.
@@ -196,6 +184,37 @@ func (b *Bridge) Run(ctx context.Context) error {
 		keepers.Wait()
 		close(drained)
 	}()
+	b.drain(drained, stopWork)
+	for _, d := range b.dests {
+		d.close()
+	}
+	b.log.Info().Msg("bridge stopped")
+	return nil
+}
+
+// provisionRetrying provisions until it succeeds, and reports false when ctx ended
+// first: a broker that is not reachable yet (or restarting) is a reason to
+// wait, not to exit.
+func (b *Bridge) provisionRetrying(ctx context.Context) bool {
+	pause := newRetryBackoff()
+	for failures := 1; ; failures++ {
+		err := b.Provision(ctx)
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		b.provisionErr.Store(&err)
+		b.log.Error().Str("error", err.Error()).Int("failures", failures).Msg("provisioning failed; retrying")
+		sleep(ctx, pause.NextBackOff())
+	}
+}
+
+// drain waits until drained is closed (every worker has settled what it
+// held), for at most shutdown_timeout: then it interrupts the remaining
+// attempts (stopWork) and waits for them to be settled.
+func (b *Bridge) drain(drained <-chan struct{}, stopWork context.CancelCauseFunc) {
 	grace := b.cfg.ShutdownTimeout.D()
 	b.log.Info().Str("shutdown_timeout", grace.String()).Msg("stopped pulling; draining in-flight attempts")
 	t := time.NewTimer(grace)
@@ -207,11 +226,6 @@ func (b *Bridge) Run(ctx context.Context) error {
 		stopWork(errShutdownTimeout)
 		<-drained
 	}
-	for _, d := range b.dests {
-		d.close()
-	}
-	b.log.Info().Msg("bridge stopped")
-	return nil
 }
 
 // Ready is closed once Run has provisioned every stream and consumer and

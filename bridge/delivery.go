@@ -43,7 +43,8 @@ const (
 )
 
 // delivery is one JetStream delivery of a message on a route: what the
-// stages below know of it, and what they decided.
+// stages below know of it, and what they decided. Each worker keeps one
+// and reuses it for every message it takes (start).
 type delivery struct {
 	r  *route
 	m  jetstream.Msg
