@@ -264,7 +264,11 @@ func (l *pullLoop) start(ctx context.Context) {
 
 // stop ends the loop and waits for it: its open pulls are cancelled (the
 // server drops them, and the messages they did not deliver stay pending).
+// A loop never started has nothing to stop.
 func (l *pullLoop) stop() {
+	if l.done == nil {
+		return
+	}
 	l.cancel()
 	<-l.done
 }
