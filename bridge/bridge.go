@@ -16,12 +16,16 @@ import (
 	"github.com/sotercare/jetbridge/deadletter"
 )
 
-// Outcomes of a settled message, as in the bridge_messages_total metric.
+// Outcome is how a message was settled, as in the bridge_messages_total
+// metric's outcome label.
+type Outcome string
+
+// Outcomes of a settled message.
 const (
-	OutcomeDelivered           = "delivered"
-	OutcomeRedeliveryScheduled = "redelivery_scheduled"
-	OutcomeDeadLettered        = "dead_lettered"
-	OutcomeDuplicateSkipped    = "duplicate_skipped"
+	OutcomeDelivered           Outcome = "delivered"
+	OutcomeRedeliveryScheduled Outcome = "redelivery_scheduled"
+	OutcomeDeadLettered        Outcome = "dead_lettered"
+	OutcomeDuplicateSkipped    Outcome = "duplicate_skipped"
 )
 
 // Settled describes one settled message. It carries identifiers only,
@@ -33,7 +37,7 @@ type Settled struct {
 	Seq         uint64
 	Delivered   uint64 // JetStream delivery count
 	EventID     string
-	Outcome     string            // one of the Outcome* constants
+	Outcome     Outcome
 	Reason      deadletter.Reason // dead letters
 	Delay       time.Duration     // redeliveries: the NakWithDelay delay
 	Tries       int               // HTTP requests sent for this delivery
@@ -69,28 +73,20 @@ type Bridge struct {
 	m      *metrics
 	// storeHealth: whether the idempotency bucket takes reservations.
 	storeHealth storeHealth
-	idem        *reservations // nil unless a route has idempotency; set by Provision
+	idem        reservationStore // nil unless a route has idempotency; set by Provision
 	// advisoryCons reads the stored MAX_DELIVERIES advisories; set by Provision.
 	advisoryCons jetstream.Consumer
 	ready        chan struct{}         // closed once provisioned and pulling
 	provisionErr atomic.Pointer[error] // the last provisioning error while Run retries
 	health       *readiness            // stream and consumer checks for Readiness; see readiness.go
-	parts        parts                 // defaultParts(); see parts.go
 	tr           *tracer               // nil when tracing is off; see trace.go
 }
 
 // New builds a Bridge from a validated configuration. It does no I/O:
 // streams and consumers are provisioned by Run.
 func New(cfg *config.Config, js jetstream.JetStream, opts Options) (*Bridge, error) {
-	return newBridge(cfg, js, opts, defaultParts())
-}
-
-// newBridge is New with the given parts; tests pass defaultParts with one
-// part replaced by a broken variant.
-func newBridge(cfg *config.Config, js jetstream.JetStream, opts Options, p parts) (*Bridge, error) {
 	b := &Bridge{
 		ready: make(chan struct{}),
-		parts: p,
 		cfg:   cfg,
 		js:    js,
 		opts:  opts,
@@ -143,30 +139,19 @@ func newBridge(cfg *config.Config, js jetstream.JetStream, opts Options, p parts
 // JetStream for a prompt redelivery), settles every message it holds and
 // returns. It returns nil after a clean shutdown.
 func (b *Bridge) Run(ctx context.Context) error {
-	// Provisioning is retried until it succeeds: a broker that is not
-	// reachable yet (or restarting) is a reason to wait, not to exit.
-	for failures := 1; ; failures++ {
-		err := b.Provision(ctx)
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		b.provisionErr.Store(&err)
-		b.log.Error().Str("error", err.Error()).Int("failures", failures).Msg("provisioning failed; retrying")
-		sleep(ctx, retryPause(failures))
+	if !b.provisionRetrying(ctx) {
+		return nil
 	}
 	// Attempts run on their own context so that a signal stops the pulling
 	// at once but lets in-flight HTTP requests finish.
 	work, stopWork := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopWork(nil)
 
-	var loops, workers, keepers sync.WaitGroup
+	var loops, keepers sync.WaitGroup
 	workersDone := make(chan struct{})
 	for _, r := range b.routes {
-		jobs := r.startWorkers(ctx, work, &workers)
-		loops.Go(func() { r.pull(ctx, jobs) })
+		r.workers.start(ctx, work)
+		r.puller.start(ctx)
 		loops.Go(func() { r.watchdog(ctx) })
 		// Progress acks run until every worker has settled what it holds,
 		// the drain included.
@@ -176,10 +161,52 @@ func (b *Bridge) Run(ctx context.Context) error {
 	loops.Go(func() { b.advisories(ctx) })
 	close(b.ready)
 	b.log.Info().Int("routes", len(b.routes)).Msg("bridge running")
+	<-ctx.Done()
+	for _, r := range b.routes {
+		r.puller.stop()
+	}
 	loops.Wait()
 
 	drained := make(chan struct{})
-	go func() { workers.Wait(); close(workersDone); keepers.Wait(); close(drained) }()
+	go func() {
+		for _, r := range b.routes {
+			r.workers.stop()
+		}
+		close(workersDone)
+		keepers.Wait()
+		close(drained)
+	}()
+	b.drain(drained, stopWork)
+	for _, d := range b.dests {
+		d.close()
+	}
+	b.log.Info().Msg("bridge stopped")
+	return nil
+}
+
+// provisionRetrying provisions until it succeeds, and reports false when ctx ended
+// first: a broker that is not reachable yet (or restarting) is a reason to
+// wait, not to exit.
+func (b *Bridge) provisionRetrying(ctx context.Context) bool {
+	pause := newRetryBackoff()
+	for failures := 1; ; failures++ {
+		err := b.Provision(ctx)
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		b.provisionErr.Store(&err)
+		b.log.Error().Str("error", err.Error()).Int("failures", failures).Msg("provisioning failed; retrying")
+		sleep(ctx, pause.NextBackOff())
+	}
+}
+
+// drain waits until drained is closed (every worker has settled what it
+// held), for at most shutdown_timeout: then it interrupts the remaining
+// attempts (stopWork) and waits for them to be settled.
+func (b *Bridge) drain(drained <-chan struct{}, stopWork context.CancelCauseFunc) {
 	grace := b.cfg.ShutdownTimeout.D()
 	b.log.Info().Str("shutdown_timeout", grace.String()).Msg("stopped pulling; draining in-flight attempts")
 	t := time.NewTimer(grace)
@@ -191,11 +218,6 @@ func (b *Bridge) Run(ctx context.Context) error {
 		stopWork(errShutdownTimeout)
 		<-drained
 	}
-	for _, d := range b.dests {
-		d.close()
-	}
-	b.log.Info().Msg("bridge stopped")
-	return nil
 }
 
 // Ready is closed once Run has provisioned every stream and consumer and

@@ -22,9 +22,9 @@ import (
 )
 
 // startTweaked is startBridgeOn with tweak applied to the bridge between
-// newBridge and Run: tests replace a value that production builds once
+// New and Run: tests replace a value that production builds once
 // (the JetStream the bridge stores dead letters on, see
-// dlq_faults_test.go; parts.classifyAdvisory) with a broken variant
+// dlq_faults_test.go) with a broken variant
 // there. A nil tweak runs the real bridge.
 func startTweaked(t testing.TB, srv *natstest.Server, cfg *config.Config, tweak func(*Bridge)) *harness {
 	t.Helper()
@@ -256,7 +256,7 @@ func TestGivenUpNearLimitMessageDeadLetteredWithoutPayload(t *testing.T) {
 		srv := natstest.Start(t)
 		nc, js := natstest.Connect(t, srv.URL())
 		ctx := context.Background()
-		pre := provisioned(t, cfg, js, defaultParts())
+		pre := provisioned(t, cfg, js, faults{})
 		hdr := nats.Header{jetstream.MsgIDHeader: {"e1"}}
 		payload := jsonOfSize(int(nc.MaxPayload() - msgSize(&nats.Msg{Header: hdr}) - 8))
 		ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: "events.info.x", Header: hdr, Data: payload})

@@ -9,31 +9,31 @@ import (
 	"github.com/sotercare/jetbridge/deadletter"
 )
 
-// Action is what happens to a JetStream message after an attempt.
-type Action int
+// action is what happens to a JetStream message after an attempt.
+type action int
 
 const (
-	// Ack: the destination answered 2xx, or the event was already delivered.
-	Ack Action = iota + 1
-	// Redeliver: NakWithDelay(Delay); the broker schedules the next delivery.
-	Redeliver
-	// DeadLetter: store a dead letter with Reason, then terminate the message.
-	DeadLetter
-	// Hold: the breaker is open; keep the message (with progress acks) and
+	// actAck: the destination answered 2xx, or the event was already delivered.
+	actAck action = iota + 1
+	// actRedeliver: NakWithDelay(delay); the broker schedules the next delivery.
+	actRedeliver
+	// actDeadLetter: store a dead letter with reason, then terminate the message.
+	actDeadLetter
+	// actHold: the breaker is open; keep the message (with progress acks) and
 	// attempt again once the breaker lets a request through. A hold that
-	// cannot happen (shutdown) hands the message back after Delay.
-	Hold
+	// cannot happen (shutdown) hands the message back after delay.
+	actHold
 )
 
-func (a Action) String() string {
+func (a action) String() string {
 	switch a {
-	case Ack:
+	case actAck:
 		return "ack"
-	case Redeliver:
+	case actRedeliver:
 		return "redeliver"
-	case DeadLetter:
+	case actDeadLetter:
 		return "dead-letter"
-	case Hold:
+	case actHold:
 		return "hold"
 	}
 	return "unknown"
@@ -47,22 +47,29 @@ const interruptedDelay = 100 * time.Millisecond
 // of 0 would be a bare nak, which redelivers at once.
 const minRedeliveryDelay = time.Millisecond
 
-// SettlePolicy is the part of a route's configuration that decides a
+// settleRules decide the settlement of a message: settlePolicy.decide, the
+// table below, on every route. It is the seam where a whole table can be
+// put in its place (tests put deliberately broken ones).
+type settleRules interface {
+	decide(failure error, delivered uint64) decision
+}
+
+// settlePolicy is the part of a route's configuration that decides a
 // settlement.
-type SettlePolicy struct {
+type settlePolicy struct {
 	MaxDeliver        int             // deliveries before dead-lettering, first included
 	Backoff           []time.Duration // delay before redelivery n; the last repeats
 	RedeliverStatuses []int           // statuses worth a redelivery
 	MaxRetryAfter     time.Duration   // cap on an honoured Retry-After
 }
 
-// settlePolicy is the route's SettlePolicy.
-func settlePolicy(rc *config.Route) SettlePolicy {
+// policyOf is the route's settlePolicy.
+func policyOf(rc *config.Route) settlePolicy {
 	backoff := make([]time.Duration, len(rc.Backoff))
 	for i, d := range rc.Backoff {
 		backoff[i] = d.D()
 	}
-	return SettlePolicy{
+	return settlePolicy{
 		MaxDeliver:        rc.MaxDeliver,
 		Backoff:           backoff,
 		RedeliverStatuses: rc.RedeliverStatuses,
@@ -72,24 +79,24 @@ func settlePolicy(rc *config.Route) SettlePolicy {
 
 // backoff is the delay before the redelivery that follows delivery number
 // delivered (1-based).
-func (p SettlePolicy) backoff(delivered uint64) time.Duration {
+func (p settlePolicy) backoff(delivered uint64) time.Duration {
 	return config.BackoffAt(p.Backoff, delivered)
 }
 
-// Decision is what Decide says to do with one message.
-type Decision struct {
-	Action Action
-	Delay  time.Duration     // Redeliver and Hold
-	Reason deadletter.Reason // DeadLetter only
+// decision is what decide says to do with one message.
+type decision struct {
+	action action
+	delay  time.Duration     // actRedeliver and actHold
+	reason deadletter.Reason // actDeadLetter only
 }
 
-// Decide maps the failure of an attempt (nil for a 2xx) and the JetStream
+// decide maps the failure of an attempt (nil for a 2xx) and the JetStream
 // delivery count to a decision. It is pure, and it is the whole settlement
 // table of the README's Delivery section, unusual cases included: every
-// settlement of a source message (settle.go) is one of its rows.
-func Decide(err error, delivered uint64, p SettlePolicy) Decision {
+// settlement of a source message (delivery.go, settle) is one of its rows.
+func (p settlePolicy) decide(err error, delivered uint64) decision {
 	if err == nil {
-		return Decision{Action: Ack} // before the targets below, which escape: no allocation for a 2xx
+		return decision{action: actAck} // before the targets below, which escape: no allocation for a 2xx
 	}
 	var (
 		te  *TransportError
@@ -102,25 +109,25 @@ func Decide(err error, delivered uint64, p SettlePolicy) Decision {
 	)
 	switch {
 	case errors.As(err, &dup):
-		return Decision{Action: Ack}
+		return decision{action: actAck}
 	case errors.As(err, &dle):
 		// The dead letter was not stored: never terminate, try again later.
 		return redeliverAfter(p.backoff(delivered))
 	case errors.As(err, &eic):
 		// Never acked as a duplicate: another event holds the id.
-		return Decision{Action: DeadLetter, Reason: deadletter.ReasonEventIDConflict}
+		return decision{action: actDeadLetter, reason: deadletter.ReasonEventIDConflict}
 	case errors.Is(err, ErrInterrupted):
 		// Shutdown cut the attempt (or a hold) short: hand it back promptly.
 		return redeliverAfter(interruptedDelay)
 	case errors.As(err, &ce):
-		return Decision{Action: Hold, Delay: interruptedDelay}
+		return decision{action: actHold, delay: interruptedDelay}
 	case errors.Is(err, ErrDeliveriesExhausted):
-		return Decision{Action: DeadLetter, Reason: deadletter.ReasonMaxDeliveries}
+		return decision{action: actDeadLetter, reason: deadletter.ReasonMaxDeliveries}
 	case errors.As(err, &ie):
-		return Decision{Action: DeadLetter, Reason: deadletter.ReasonInvalidEvent}
+		return decision{action: actDeadLetter, reason: deadletter.ReasonInvalidEvent}
 	case errors.As(err, &de):
 		if !slices.Contains(p.RedeliverStatuses, de.Status) {
-			return Decision{Action: DeadLetter, Reason: deadletter.ReasonRejected}
+			return decision{action: actDeadLetter, reason: deadletter.ReasonRejected}
 		}
 		return redeliver(delivered, p, min(de.RetryAfter, p.MaxRetryAfter))
 	case errors.As(err, &te):
@@ -131,13 +138,13 @@ func Decide(err error, delivered uint64, p SettlePolicy) Decision {
 	return redeliverAfter(p.backoff(delivered))
 }
 
-func redeliver(delivered uint64, p SettlePolicy, retryAfter time.Duration) Decision {
+func redeliver(delivered uint64, p settlePolicy, retryAfter time.Duration) decision {
 	if delivered >= uint64(p.MaxDeliver) {
-		return Decision{Action: DeadLetter, Reason: deadletter.ReasonMaxDeliveries}
+		return decision{action: actDeadLetter, reason: deadletter.ReasonMaxDeliveries}
 	}
 	return redeliverAfter(max(p.backoff(delivered), retryAfter))
 }
 
-func redeliverAfter(d time.Duration) Decision {
-	return Decision{Action: Redeliver, Delay: max(d, minRedeliveryDelay)}
+func redeliverAfter(d time.Duration) decision {
+	return decision{action: actRedeliver, delay: max(d, minRedeliveryDelay)}
 }

@@ -11,14 +11,17 @@ import (
 	"github.com/sotercare/jetbridge/deadletter"
 )
 
-var testPolicy = SettlePolicy{
+var testPolicy = settlePolicy{
 	MaxDeliver:        3,
 	Backoff:           []time.Duration{time.Second, 5 * time.Second},
 	RedeliverStatuses: []int{408, 425, 429, 500, 502, 503, 504},
 	MaxRetryAfter:     time.Minute,
 }
 
-type decideFunc func(err error, delivered uint64, p SettlePolicy) Decision
+type decideFunc func(err error, delivered uint64, p settlePolicy) decision
+
+// decideBy is the bridge's table as a decideFunc.
+func decideBy(err error, delivered uint64, p settlePolicy) decision { return p.decide(err, delivered) }
 
 // decisionMismatches runs the settlement table (README "Delivery"), its
 // unusual cases included, against decide and returns every row it gets
@@ -28,43 +31,43 @@ func decisionMismatches(decide decideFunc) []string {
 		name      string
 		err       error
 		delivered uint64
-		want      Decision
+		want      decision
 	}
 	wrap := func(err error) error {
 		return fmt.Errorf("outer: %w", &DeliveryError{Route: "r", Destination: "d", Err: err})
 	}
 	rows := []row{
-		{"2xx", nil, 1, Decision{Action: Ack}},
-		{"duplicate", wrap(&DuplicateEventError{EventID: "e"}), 1, Decision{Action: Ack}},
-		{"transport first", wrap(&TransportError{Kind: "timeout"}), 1, Decision{Action: Redeliver, Delay: time.Second}},
-		{"transport second", wrap(&TransportError{Kind: "timeout"}), 2, Decision{Action: Redeliver, Delay: 5 * time.Second}},
-		{"transport last", wrap(&TransportError{Kind: "timeout"}), 3, Decision{Action: DeadLetter, Reason: deadletter.ReasonMaxDeliveries}},
-		{"circuit open", wrap(&CircuitOpenError{}), 3, Decision{Action: Hold, Delay: interruptedDelay}},
-		{"failed probe", wrap(&CircuitOpenError{Err: &DownstreamError{Status: 400}}), 1, Decision{Action: Hold, Delay: interruptedDelay}},
-		{"invalid", wrap(&InvalidEventError{Reason: "x"}), 1, Decision{Action: DeadLetter, Reason: deadletter.ReasonInvalidEvent}},
-		{"event-id conflict, subject", wrap(&EventIDConflictError{Part: ConflictSubject, State: stateDone, Stream: "EVENTS", Seq: 1}), 1, Decision{Action: DeadLetter, Reason: deadletter.ReasonEventIDConflict}},
-		{"event-id conflict, in flight, last delivery", wrap(&EventIDConflictError{Part: ConflictPayload, State: stateInFlight}), 3, Decision{Action: DeadLetter, Reason: deadletter.ReasonEventIDConflict}},
-		{"exhausted", wrap(ErrDeliveriesExhausted), 4, Decision{Action: DeadLetter, Reason: deadletter.ReasonMaxDeliveries}},
-		{"interrupted", wrap(ErrInterrupted), 3, Decision{Action: Redeliver, Delay: interruptedDelay}},
-		{"hold interrupted by shutdown", wrap(fmt.Errorf("%w: %w", ErrInterrupted, &CircuitOpenError{})), 1, Decision{Action: Redeliver, Delay: interruptedDelay}},
-		{"retry-after longer than backoff", wrap(&DownstreamError{Status: 503, RetryAfter: 30 * time.Second}), 1, Decision{Action: Redeliver, Delay: 30 * time.Second}},
-		{"retry-after shorter than backoff", wrap(&DownstreamError{Status: 429, RetryAfter: time.Millisecond}), 2, Decision{Action: Redeliver, Delay: 5 * time.Second}},
-		{"retry-after capped", wrap(&DownstreamError{Status: 503, RetryAfter: 24 * time.Hour}), 1, Decision{Action: Redeliver, Delay: time.Minute}},
-		{"retry-after on the last delivery", wrap(&DownstreamError{Status: 503, RetryAfter: time.Second}), 3, Decision{Action: DeadLetter, Reason: deadletter.ReasonMaxDeliveries}},
+		{"2xx", nil, 1, decision{action: actAck}},
+		{"duplicate", wrap(&DuplicateEventError{EventID: "e"}), 1, decision{action: actAck}},
+		{"transport first", wrap(&TransportError{Kind: "timeout"}), 1, decision{action: actRedeliver, delay: time.Second}},
+		{"transport second", wrap(&TransportError{Kind: "timeout"}), 2, decision{action: actRedeliver, delay: 5 * time.Second}},
+		{"transport last", wrap(&TransportError{Kind: "timeout"}), 3, decision{action: actDeadLetter, reason: deadletter.ReasonMaxDeliveries}},
+		{"circuit open", wrap(&CircuitOpenError{}), 3, decision{action: actHold, delay: interruptedDelay}},
+		{"failed probe", wrap(&CircuitOpenError{Err: &DownstreamError{Status: 400}}), 1, decision{action: actHold, delay: interruptedDelay}},
+		{"invalid", wrap(&InvalidEventError{Reason: "x"}), 1, decision{action: actDeadLetter, reason: deadletter.ReasonInvalidEvent}},
+		{"event-id conflict, subject", wrap(&EventIDConflictError{Part: ConflictSubject, State: stateDone, Stream: "EVENTS", Seq: 1}), 1, decision{action: actDeadLetter, reason: deadletter.ReasonEventIDConflict}},
+		{"event-id conflict, in flight, last delivery", wrap(&EventIDConflictError{Part: ConflictPayload, State: stateInFlight}), 3, decision{action: actDeadLetter, reason: deadletter.ReasonEventIDConflict}},
+		{"exhausted", wrap(ErrDeliveriesExhausted), 4, decision{action: actDeadLetter, reason: deadletter.ReasonMaxDeliveries}},
+		{"interrupted", wrap(ErrInterrupted), 3, decision{action: actRedeliver, delay: interruptedDelay}},
+		{"hold interrupted by shutdown", wrap(fmt.Errorf("%w: %w", ErrInterrupted, &CircuitOpenError{})), 1, decision{action: actRedeliver, delay: interruptedDelay}},
+		{"retry-after longer than backoff", wrap(&DownstreamError{Status: 503, RetryAfter: 30 * time.Second}), 1, decision{action: actRedeliver, delay: 30 * time.Second}},
+		{"retry-after shorter than backoff", wrap(&DownstreamError{Status: 429, RetryAfter: time.Millisecond}), 2, decision{action: actRedeliver, delay: 5 * time.Second}},
+		{"retry-after capped", wrap(&DownstreamError{Status: 503, RetryAfter: 24 * time.Hour}), 1, decision{action: actRedeliver, delay: time.Minute}},
+		{"retry-after on the last delivery", wrap(&DownstreamError{Status: 503, RetryAfter: time.Second}), 3, decision{action: actDeadLetter, reason: deadletter.ReasonMaxDeliveries}},
 		// The unusual cases.
-		{"untouched as the route stops", ErrInterrupted, 1, Decision{Action: Redeliver, Delay: interruptedDelay}},
-		{"no JetStream metadata", fmt.Errorf("%w: %w", ErrNoMetadata, errors.New("x")), 0, Decision{Action: Redeliver, Delay: time.Second}},
-		{"unexpected error", errors.New("x"), 2, Decision{Action: Redeliver, Delay: 5 * time.Second}},
+		{"untouched as the route stops", ErrInterrupted, 1, decision{action: actRedeliver, delay: interruptedDelay}},
+		{"no JetStream metadata", fmt.Errorf("%w: %w", ErrNoMetadata, errors.New("x")), 0, decision{action: actRedeliver, delay: time.Second}},
+		{"unexpected error", errors.New("x"), 2, decision{action: actRedeliver, delay: 5 * time.Second}},
 		{"rejected, dead letter not stored", &DeadLetterError{Reason: deadletter.ReasonRejected, Failure: wrap(&DownstreamError{Status: 400}), Err: errors.New("x")}, 1,
-			Decision{Action: Redeliver, Delay: time.Second}},
+			decision{action: actRedeliver, delay: time.Second}},
 		{"last delivery, dead letter not stored", &DeadLetterError{Reason: deadletter.ReasonMaxDeliveries, Failure: wrap(&TransportError{}), Err: ErrDeadLetterRefused}, 3,
-			Decision{Action: Redeliver, Delay: 5 * time.Second}},
+			decision{action: actRedeliver, delay: 5 * time.Second}},
 		{"exhausted, dead letter not stored", &DeadLetterError{Reason: deadletter.ReasonMaxDeliveries, Failure: ErrDeliveriesExhausted, Err: errors.New("x")}, 4,
-			Decision{Action: Redeliver, Delay: 5 * time.Second}},
+			decision{action: actRedeliver, delay: 5 * time.Second}},
 		{"invalid, dead letter not stored", &DeadLetterError{Reason: deadletter.ReasonInvalidEvent, Failure: &InvalidEventError{}, Err: errors.New("x")}, 1,
-			Decision{Action: Redeliver, Delay: time.Second}},
+			decision{action: actRedeliver, delay: time.Second}},
 		{"event-id conflict, dead letter not stored", &DeadLetterError{Reason: deadletter.ReasonEventIDConflict, Failure: wrap(&EventIDConflictError{Part: ConflictSubject}), Err: errors.New("x")}, 1,
-			Decision{Action: Redeliver, Delay: time.Second}},
+			decision{action: actRedeliver, delay: time.Second}},
 	}
 	// Every status code net/http knows, on first and last delivery.
 	for status := 100; status < 600; status++ {
@@ -72,11 +75,11 @@ func decisionMismatches(decide decideFunc) []string {
 			continue
 		}
 		for _, delivered := range []uint64{1, 3} {
-			want := Decision{Action: DeadLetter, Reason: deadletter.ReasonRejected}
+			want := decision{action: actDeadLetter, reason: deadletter.ReasonRejected}
 			if slices.Contains(testPolicy.RedeliverStatuses, status) {
-				want = Decision{Action: Redeliver, Delay: testPolicy.backoff(delivered)}
+				want = decision{action: actRedeliver, delay: testPolicy.backoff(delivered)}
 				if delivered >= uint64(testPolicy.MaxDeliver) {
-					want = Decision{Action: DeadLetter, Reason: deadletter.ReasonMaxDeliveries}
+					want = decision{action: actDeadLetter, reason: deadletter.ReasonMaxDeliveries}
 				}
 			}
 			rows = append(rows, row{fmt.Sprintf("status %d delivery %d", status, delivered),
@@ -93,7 +96,7 @@ func decisionMismatches(decide decideFunc) []string {
 }
 
 func TestDecide(t *testing.T) {
-	for _, m := range decisionMismatches(Decide) {
+	for _, m := range decisionMismatches(decideBy) {
 		t.Error(m)
 	}
 }
@@ -103,45 +106,45 @@ func TestDecide(t *testing.T) {
 // delivery budget on an open breaker.
 func TestDecideNegativeControl(t *testing.T) {
 	broken := map[string]decideFunc{
-		"any error redelivers": func(err error, delivered uint64, p SettlePolicy) Decision {
+		"any error redelivers": func(err error, delivered uint64, p settlePolicy) decision {
 			if err == nil {
-				return Decision{Action: Ack}
+				return decision{action: actAck}
 			}
-			return Decision{Action: Redeliver, Delay: p.backoff(delivered)}
+			return decision{action: actRedeliver, delay: p.backoff(delivered)}
 		},
-		"retry-after ignored": func(err error, delivered uint64, p SettlePolicy) Decision {
+		"retry-after ignored": func(err error, delivered uint64, p settlePolicy) decision {
 			var de *DownstreamError
 			if errors.As(err, &de) {
 				de2 := *de
 				de2.RetryAfter = 0
-				return Decide(&de2, delivered, p)
+				return p.decide(&de2, delivered)
 			}
-			return Decide(err, delivered, p)
+			return p.decide(err, delivered)
 		},
-		"open breaker counts": func(err error, delivered uint64, p SettlePolicy) Decision {
+		"open breaker counts": func(err error, delivered uint64, p settlePolicy) decision {
 			var ce *CircuitOpenError
 			if errors.As(err, &ce) {
-				return Decide(&TransportError{}, delivered, p)
+				return p.decide(&TransportError{}, delivered)
 			}
-			return Decide(err, delivered, p)
+			return p.decide(err, delivered)
 		},
-		"terminate without a stored dead letter": func(err error, delivered uint64, p SettlePolicy) Decision {
+		"terminate without a stored dead letter": func(err error, delivered uint64, p settlePolicy) decision {
 			var dle *DeadLetterError
 			if errors.As(err, &dle) {
-				return Decision{Action: DeadLetter, Reason: dle.Reason}
+				return decision{action: actDeadLetter, reason: dle.Reason}
 			}
-			return Decide(err, delivered, p)
+			return p.decide(err, delivered)
 		},
-		"bare nak": func(err error, delivered uint64, p SettlePolicy) Decision {
-			d := Decide(err, delivered, p)
+		"bare nak": func(err error, delivered uint64, p settlePolicy) decision {
+			d := p.decide(err, delivered)
 			if errors.Is(err, ErrInterrupted) {
-				d.Delay = 0
+				d.delay = 0
 			}
 			return d
 		},
-		"4xx redelivered": func(err error, delivered uint64, p SettlePolicy) Decision {
+		"4xx redelivered": func(err error, delivered uint64, p settlePolicy) decision {
 			p.RedeliverStatuses = append(slices.Clone(p.RedeliverStatuses), 400, 404, 422)
-			return Decide(err, delivered, p)
+			return p.decide(err, delivered)
 		},
 	}
 	for name, f := range broken {

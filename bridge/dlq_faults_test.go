@@ -16,7 +16,7 @@ import (
 // Broken dead-letter stores for the negative controls, injected through
 // the JetStream the bridge publishes its dead letters on (a real seam:
 // bridge.New takes any jetstream.JetStream). Each wraps the bridge's own
-// after newBridge, from a tweak: b.js = ....
+// after New, from a tweak: b.js = ....
 
 // unshrunkJS stores every dead letter whole, as before payload omission
 // existed: a reduced form (Bridge-Payload-Omitted) is published with the

@@ -19,8 +19,8 @@ const (
 // sentinels or types below with errors.Is or errors.As, whatever wraps it.
 // None carries a URL, payload, header value or response body.
 
-// Sentinels of a delivery's unusual cases; Decide maps each to its
-// settlement (see decision.go).
+// Sentinels of a delivery's unusual cases; the settlement table
+// (decision.go) maps each to its settlement.
 var (
 	// ErrInterrupted is returned for an attempt cut off by shutdown, or a
 	// message handed back untouched as its route stopped. The message is

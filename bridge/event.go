@@ -38,11 +38,7 @@ type event struct {
 // parseEvent reads a JetStream message. An unusable header gives an
 // *InvalidEventError together with a usable event (for the dead letter);
 // any other error means the message has no JetStream metadata.
-func parseEvent(m jetstream.Msg) (*event, error) { return parseEventWith(m, severityOf) }
-
-// parseEventWith is parseEvent with the given Event-Severity rule (the
-// route's part, see parts.go).
-func parseEventWith(m jetstream.Msg, rule severityRule) (*event, error) {
+func parseEvent(m jetstream.Msg) (*event, error) {
 	md, err := m.Metadata()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNoMetadata, err)
@@ -63,7 +59,7 @@ func parseEventWith(m jetstream.Msg, rule severityRule) (*event, error) {
 	// <root>.<severity>.<type…>: the type is then a strict suffix of it.
 	tokened := typ != ev.Subject
 	ev.Type, ev.Severity = typ, fromSubject
-	sev, ignored, invalid := rule(h.Get(producer.HeaderEventSeverity), fromSubject, tokened)
+	sev, ignored, invalid := severityOf(h.Get(producer.HeaderEventSeverity), fromSubject, tokened)
 	if invalid == nil {
 		ev.Severity, ev.severityIgnored = sev, ignored
 	}
@@ -99,13 +95,6 @@ func eventID(h nats.Header, stream string, seq uint64) string {
 // not a severity: the value itself is never printed.
 const severityInvalid = "invalid"
 
-// severityRule decides an event's severity from its Event-Severity header
-// value (empty when absent) and its subject's severity (fromSubject, INFO
-// when tokened is false: the subject has no severity token). ignored names
-// a header it overrode (its severity, or severityInvalid); an error is an
-// *InvalidEventError.
-type severityRule func(header string, fromSubject subjects.Severity, tokened bool) (sev subjects.Severity, ignored string, err error)
-
 // severityOf is the bridge's Event-Severity rule (README "Events on NATS"):
 // a subject that carries a severity token (<root>.<severity>.<type…>)
 // decides, whatever the header says, so that a producer allowed to publish
@@ -113,7 +102,10 @@ type severityRule func(header string, fromSubject subjects.Severity, tokened boo
 // X-Event-Severity and the flow-control priority); a header that disagrees
 // is ignored and named in ignored. A subject without a token takes the
 // header, else INFO; there a value that is not a severity makes the event
-// invalid.
+// invalid. It decides from the header's value (empty when absent) and the
+// subject's severity (fromSubject, INFO when tokened is false: the subject
+// has no severity token); ignored names a header it overrode (its
+// severity, or severityInvalid); an error is an *InvalidEventError.
 func severityOf(header string, fromSubject subjects.Severity, tokened bool) (subjects.Severity, string, error) {
 	if header == "" {
 		return fromSubject, "", nil
@@ -132,11 +124,11 @@ func severityOf(header string, fromSubject subjects.Severity, tokened bool) (sub
 	return s, "", nil
 }
 
-// readEvent is parseEvent for a message delivered on the route, with the
-// bridge's severity rule; an Event-Severity header the subject overrode is
+// readEvent is parseEvent for a message delivered on the route: an
+// Event-Severity header the subject overrode is
 // counted and logged (noteSeverityIgnored).
 func (r *route) readEvent(m jetstream.Msg) (*event, error) {
-	ev, err := parseEventWith(m, r.b.parts.severity)
+	ev, err := parseEvent(m)
 	if ev != nil && ev.severityIgnored != "" {
 		r.noteSeverityIgnored(ev)
 	}

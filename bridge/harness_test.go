@@ -7,7 +7,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -77,7 +76,7 @@ func startHarness(t testing.TB, srv *natstest.Server, cfg *config.Config, f faul
 	nc, js := natstest.Connect(t, srv.URL())
 	_, pub := natstest.Connect(t, srv.URL())
 	h := &harness{t: t, srv: srv, nc: nc, js: js, pub: pub, cfg: cfg, logs: &natstest.Buffer{}, reg: prometheus.NewRegistry()}
-	b, err := newBridge(cfg, js, Options{
+	b, err := New(cfg, js, Options{
 		Registerer: h.reg,
 		Logger:     zerolog.New(h.logs).Level(harnessLogLevel),
 		OnSettle: func(s Settled) {
@@ -90,7 +89,7 @@ func startHarness(t testing.TB, srv *natstest.Server, cfg *config.Config, f faul
 			h.breakers = append(h.breakers, dest+":"+from.String()+"->"+to.String())
 			h.mu.Unlock()
 		},
-	}, f.parts())
+	})
 	if err != nil {
 		t.Fatalf("bridge: %v", err)
 	}
@@ -177,7 +176,7 @@ func (h *harness) waitOutcomes(n int, timeout time.Duration, keep func(Settled) 
 	return got
 }
 
-func outcomeIs(o string) func(Settled) bool {
+func outcomeIs(o Outcome) func(Settled) bool {
 	return func(s Settled) bool { return s.Outcome == o }
 }
 
@@ -284,12 +283,13 @@ func expectBroken(t *testing.T, name string, check func(t testing.TB) error) {
 
 // provisioned is a bridge that has provisioned its streams and consumers
 // on js and does not run: what it is given stays for a later bridge.
-func provisioned(t testing.TB, cfg *config.Config, js jetstream.JetStream, p parts) *Bridge {
+func provisioned(t testing.TB, cfg *config.Config, js jetstream.JetStream, f faults) *Bridge {
 	t.Helper()
-	b, err := newBridge(cfg, js, Options{}, p)
+	b, err := New(cfg, js, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	f.tweak(b)
 	if err := b.Provision(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +297,8 @@ func provisioned(t testing.TB, cfg *config.Config, js jetstream.JetStream, p par
 }
 
 // faults names the deliberately broken variants of the negative controls:
-// each field replaces one part of the bridge (see parts.go) or one value
+// each field replaces one part of the bridge (see parts.go), one value of
+// a built bridge, or what a seam of it gives (see core_faults_test.go)
 // with a broken one, so that a test can show it goes red when the
 // behaviour it names is broken. The zero value is the real bridge.
 type faults struct {
@@ -332,95 +333,9 @@ type faults struct {
 	keptForever             bool // a try's context is kept for its body and never released
 }
 
-// parts are defaultParts with the broken variants f names.
-func (f faults) parts() parts {
-	p := defaultParts()
-	if f.reserveCreate != nil || f.noTakeover || f.keepReservationOnFailure || f.contentBlind {
-		p.reservations = func(kv jetstream.KeyValue) *reservations {
-			s := newReservations(kv)
-			if f.reserveCreate != nil {
-				s.create = f.reserveCreate(kv)
-			}
-			if f.noTakeover {
-				s.abandoned = func(holder, holder, time.Duration, time.Duration) bool { return false }
-			}
-			if f.keepReservationOnFailure {
-				s.release = func(context.Context, *lease) error { return nil }
-			}
-			if f.contentBlind {
-				s.differs = func(holder, holder) string { return "" }
-			}
-			return s
-		}
-	}
-	if f.beforeAck != nil {
-		p.ack = func(ctx context.Context, m jetstream.Msg, connected bool) error {
-			f.beforeAck()
-			return ackMsg(ctx, m, connected)
-		}
-	}
-	if f.noHold {
-		p.decide = func(err error, delivered uint64, pol SettlePolicy) Decision {
-			if d := Decide(err, delivered, pol); d.Action != Hold {
-				return d
-			}
-			return redeliver(delivered, pol, 0)
-		}
-	}
-	if f.termWithoutDeadLetter {
-		p.decide = func(err error, delivered uint64, pol SettlePolicy) Decision {
-			var dle *DeadLetterError
-			if errors.As(err, &dle) {
-				return Decision{Action: DeadLetter, Reason: dle.Reason}
-			}
-			return Decide(err, delivered, pol)
-		}
-	}
-	if f.progressAfterSettle {
-		p.progress = func(r *route, w int, m jetstream.Msg, held *atomic.Pointer[lease]) stopper {
-			return lateProgress{s: r.progress(w, m, held), r: r, m: m}
-		}
-	}
-	if f.noOverlap {
-		// More free slots than a route has: the next pull waits for the
-		// open one to end.
-		p.overlap = func(maxInFlight int) int { return maxInFlight + 1 }
-	}
-	if f.alwaysPullHeartbeat {
-		p.pullHeartbeat = func(bool) time.Duration { return fetchHeartbeat }
-	}
-	if f.noProgress {
-		p.progress = func(*route, int, jetstream.Msg, *atomic.Pointer[lease]) stopper { return noStop{} }
-	}
-	return p
-}
-
 // tweak applies the broken values f names to a built bridge.
 func (f faults) tweak(b *Bridge) {
 	f.breakSafetyNet(b)
 	f.breakDestinations(b)
-	if f.maxDeliverOffByOne {
-		for _, r := range b.routes {
-			r.policy.MaxDeliver++
-		}
-	}
-}
-
-// noStop is the progress of a message that gets no progress acks.
-type noStop struct{}
-
-func (noStop) stop() {}
-
-// lateProgress stops the real progress acks, then sends one more just
-// after the settlement: what the race does (nats.go checks that the
-// message is not settled, the settlement goes out, then the progress ack).
-type lateProgress struct {
-	s stopper
-	r *route
-	m jetstream.Msg
-}
-
-func (p lateProgress) stop() {
-	p.s.stop()
-	time.AfterFunc(5*time.Millisecond, func() { _ = p.r.b.js.Conn().Publish(p.m.Reply(), []byte("+WPI")) })
+	f.breakCore(b)
 }

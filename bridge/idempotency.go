@@ -29,42 +29,29 @@ const reservePoll = 100 * time.Millisecond
 // rereadTimeout bounds the read of a reservation whose refresh failed.
 const rereadTimeout = 2 * time.Second
 
+// reservationStore is what a delivery needs of the idempotency store
+// (delivery.go): take an event id's reservation, look one up without
+// taking it, and close a won one, done or released. reservations, on a
+// JetStream key-value bucket, is the bridge's.
+type reservationStore interface {
+	reserve(ctx context.Context, key string, me holder, stale time.Duration) (*lease, error)
+	lookup(ctx context.Context, key string, me holder) error
+	done(ctx context.Context, l *lease) error
+	release(ctx context.Context, l *lease) error
+}
+
 // reservations is the consumer-side idempotency store: one key per route
 // and event id in a JetStream key-value bucket, shared by every replica and
 // surviving restarts. A key is created (atomically: exactly one of many
 // concurrent callers wins) before the first HTTP try, becomes "done" after a
 // 2xx, and is deleted on any failure, so that a failed delivery never
 // consumes the event id. Entries expire with the bucket TTL.
-//
-// Its three steps are plain functions, set once by newReservations, so
-// that tests can replace one with a deliberately broken variant: the
-// atomic create, the takeover rule and the release.
 type reservations struct {
 	kv jetstream.KeyValue
-	// create is the atomic step: exactly one of concurrent callers wins.
-	create func(ctx context.Context, key string, value []byte) (uint64, error)
-	// abandoned decides whether an in-flight reservation may be taken over
-	// (takeover).
-	abandoned func(have, me holder, age, stale time.Duration) bool
-	// release deletes a lease's reservation if it is still the lease's.
-	release func(ctx context.Context, l *lease) error
-	// differs compares what a reservation was taken for with the message
-	// me: "subject" or "payload" when they differ (an event-id conflict),
-	// "" when they agree or the reservation does not say (a record of a
-	// release before records said what they were for).
-	differs func(have, me holder) string
 }
 
 func newReservations(kv jetstream.KeyValue) *reservations {
-	return &reservations{
-		kv: kv,
-		create: func(ctx context.Context, key string, value []byte) (uint64, error) {
-			return kv.Create(ctx, key, value)
-		},
-		abandoned: takeover,
-		release:   func(ctx context.Context, l *lease) error { return l.release(ctx) },
-		differs:   differs,
-	}
+	return &reservations{kv: kv}
 }
 
 // differs is the content rule of a reservation: the same event id is the
@@ -186,7 +173,7 @@ type lease struct {
 	closed bool
 }
 
-// Reserve tries once to take the reservation of the event for the message
+// reserve tries once to take the reservation of the event for the message
 // delivery me. It returns a lease when it wins; an *EventIDConflictError
 // when the reservation, done or in flight, was taken for another subject or
 // payload (decided at once, without waiting for an in-flight one's
@@ -196,11 +183,11 @@ type lease struct {
 // compare-and-swap, so again exactly one winner) when it is older than
 // stale, or when it is held by an earlier delivery of this same message:
 // the broker redelivers a message only once that delivery has lost it.
-func (s *reservations) Reserve(ctx context.Context, key string, me holder, stale time.Duration) (*lease, error) {
+func (s *reservations) reserve(ctx context.Context, key string, me holder, stale time.Duration) (*lease, error) {
 	me.state = stateInFlight
 	value := me.encode()
 	for {
-		rev, err := s.create(ctx, key, value)
+		rev, err := s.kv.Create(ctx, key, value)
 		if err == nil {
 			return &lease{s: s, me: me, key: key, value: value, rev: rev}, nil
 		}
@@ -221,7 +208,7 @@ func (s *reservations) Reserve(ctx context.Context, key string, me holder, stale
 		if err := s.settled(h, me); err != nil {
 			return nil, err
 		}
-		if !s.abandoned(h, me, time.Since(e.Created()), stale) {
+		if !takeover(h, me, time.Since(e.Created()), stale) {
 			return nil, errReserved
 		}
 		rev, err = s.kv.Update(ctx, key, value, e.Revision())
@@ -240,7 +227,7 @@ func (s *reservations) Reserve(ctx context.Context, key string, me holder, stale
 // state; a *DuplicateEventError when it is done; nil when it is in flight
 // for the same content.
 func (s *reservations) settled(h, me holder) error {
-	if part := s.differs(h, me); part != "" {
+	if part := differs(h, me); part != "" {
 		return &EventIDConflictError{Part: part, State: h.state, Stream: h.stream, Seq: h.seq}
 	}
 	if h.state == stateDone {
@@ -285,12 +272,12 @@ func (l *lease) reread() (uint64, bool) {
 	return e.Revision(), true
 }
 
-// Lookup reads the reservation under key for the delivery me without
+// lookup reads the reservation under key for the delivery me without
 // taking it: a *DuplicateEventError when it says the event was delivered
 // with the same content, an *EventIDConflictError when it was taken (done
 // or in flight) for other content, nil when there is none or it is in
 // flight for the same content.
-func (s *reservations) Lookup(ctx context.Context, key string, me holder) error {
+func (s *reservations) lookup(ctx context.Context, key string, me holder) error {
 	e, err := s.kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil
@@ -304,6 +291,13 @@ func (s *reservations) Lookup(ctx context.Context, key string, me holder) error 
 	}
 	return s.settled(h, me)
 }
+
+// done records the lease's delivery as done: later deliveries of the event
+// with the same content are skipped, others are conflicts.
+func (s *reservations) done(ctx context.Context, l *lease) error { return l.done(ctx, l.me) }
+
+// release deletes the lease's reservation if it is still the lease's.
+func (s *reservations) release(ctx context.Context, l *lease) error { return l.release(ctx) }
 
 // done records the delivery h (with its content): later deliveries of the
 // event with the same content are skipped, others are conflicts.

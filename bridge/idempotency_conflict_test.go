@@ -267,10 +267,10 @@ func TestPreviousReleaseRecordIsADuplicate(t *testing.T) {
 	}
 	me := holderOf(&event{Stream: "EVENTS", Seq: 2, Delivered: 1, Subject: "events.x", Payload: []byte(`{"a":1}`)})
 	var dup *DuplicateEventError
-	if _, err := s.Reserve(ctx, key, me, time.Minute); !errors.As(err, &dup) {
+	if _, err := s.reserve(ctx, key, me, time.Minute); !errors.As(err, &dup) {
 		t.Fatalf("Reserve: %v, want DuplicateEventError", err)
 	}
-	if err := s.Lookup(ctx, key, me); !errors.As(err, &dup) {
+	if err := s.lookup(ctx, key, me); !errors.As(err, &dup) {
 		t.Fatalf("Lookup: %v, want DuplicateEventError", err)
 	}
 }
@@ -284,7 +284,7 @@ func TestReservationContentRule(t *testing.T) {
 		ctx := context.Background()
 		key := reservationKey("r", "fall-0001")
 		ev := &event{Stream: "EVENTS", Seq: 1, Delivered: 1, Subject: "events.info.spam", Payload: []byte(`{"a":1}`)}
-		l, err := s.Reserve(ctx, key, holderOf(ev), time.Minute)
+		l, err := s.reserve(ctx, key, holderOf(ev), time.Minute)
 		if err != nil {
 			return err
 		}
@@ -300,10 +300,10 @@ func TestReservationContentRule(t *testing.T) {
 				{other("events.critical.care.caregiver.fall", `{"a":1}`), ConflictSubject},
 				{other("events.info.spam", `{"a":2}`), ConflictPayload},
 			} {
-				if _, err := s.Reserve(ctx, key, tc.me, 0); !errors.As(err, &c) || c.Part != tc.part || c.State != state || c.Seq != 1 {
+				if _, err := s.reserve(ctx, key, tc.me, 0); !errors.As(err, &c) || c.Part != tc.part || c.State != state || c.Seq != 1 {
 					return fmt.Errorf("Reserve with another %s (record %s): %v, want a conflict", tc.part, state, err)
 				}
-				if err := s.Lookup(ctx, key, tc.me); !errors.As(err, &c) || c.Part != tc.part || c.State != state {
+				if err := s.lookup(ctx, key, tc.me); !errors.As(err, &c) || c.Part != tc.part || c.State != state {
 					return fmt.Errorf("Lookup with another %s (record %s): %v, want a conflict", tc.part, state, err)
 				}
 			}
@@ -313,7 +313,7 @@ func TestReservationContentRule(t *testing.T) {
 			return err
 		}
 		same := other(ev.Subject, string(ev.Payload))
-		if _, err := s.Reserve(ctx, key, same, time.Minute); !errors.Is(err, errReserved) {
+		if _, err := s.reserve(ctx, key, same, time.Minute); !errors.Is(err, errReserved) {
 			return fmt.Errorf("same content in flight: %v, want errReserved", err)
 		}
 		if err := l.done(ctx, l.me); err != nil {
@@ -323,7 +323,7 @@ func TestReservationContentRule(t *testing.T) {
 			return err
 		}
 		var dup *DuplicateEventError
-		if _, err := s.Reserve(ctx, key, same, time.Minute); !errors.As(err, &dup) {
+		if _, err := s.reserve(ctx, key, same, time.Minute); !errors.As(err, &dup) {
 			return fmt.Errorf("same content done: %v, want a duplicate", err)
 		}
 		return nil
@@ -332,7 +332,7 @@ func TestReservationContentRule(t *testing.T) {
 		t.Fatal(err)
 	}
 	expectBroken(t, "content-blind reservations", func(t testing.TB) error {
-		s := faults{contentBlind: true}.parts().reservations(testBucket(t))
+		s := newReservations(kvFaults{contentBlind: true}.wrap(testBucket(t)))
 		return check(t, s)
 	})
 }

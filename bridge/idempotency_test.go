@@ -62,7 +62,7 @@ func contend(t testing.TB, s *reservations, keys []string) (won int, errs []erro
 		wg.Go(func() {
 			<-start
 			me := holder{stream: "EVENTS", seq: uint64(i + 1), delivered: 1}
-			_, err := s.Reserve(context.Background(), key, me, time.Minute)
+			_, err := s.reserve(context.Background(), key, me, time.Minute)
 			switch {
 			case err == nil:
 				wins.Add(1)
@@ -91,8 +91,7 @@ func TestReserveSameKeyHasOneWinner(t *testing.T) {
 	}
 	t.Run("negative control: check-then-act store", func(t *testing.T) {
 		kv := testBucket(t)
-		broken := newReservations(kv)
-		broken.create = racyCreate(kv)
+		broken := newReservations(kvFaults{create: racyCreate}.wrap(kv))
 		if won, _ := contend(t, broken, same); won <= 1 {
 			t.Fatalf("the racy store had %d winner(s): the test cannot catch a check-then-act race", won)
 		} else {
@@ -118,7 +117,7 @@ func TestReservationLifecycle(t *testing.T) {
 	ctx := context.Background()
 	key := reservationKey("r", "e")
 	m1 := holder{stream: "EVENTS", seq: 1, delivered: 1}
-	l, err := s.Reserve(ctx, key, m1, time.Minute)
+	l, err := s.reserve(ctx, key, m1, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,23 +126,23 @@ func TestReservationLifecycle(t *testing.T) {
 	}
 	// Another message with the same event id waits; a redelivery of the
 	// same message takes over at once; a stale reservation is taken over.
-	if _, err := s.Reserve(ctx, key, holder{stream: "EVENTS", seq: 2, delivered: 1}, time.Minute); !errors.Is(err, errReserved) {
+	if _, err := s.reserve(ctx, key, holder{stream: "EVENTS", seq: 2, delivered: 1}, time.Minute); !errors.Is(err, errReserved) {
 		t.Fatalf("other message: %v, want errReserved", err)
 	}
-	if _, err := s.Reserve(ctx, key, holder{stream: "EVENTS", seq: 2, delivered: 1}, 0); err != nil {
+	if _, err := s.reserve(ctx, key, holder{stream: "EVENTS", seq: 2, delivered: 1}, 0); err != nil {
 		t.Fatalf("stale takeover: %v", err)
 	}
 	if err := l.done(ctx, m1); err == nil {
 		t.Fatal("the lease that was taken over could still mark the event done")
 	}
-	l2, err := s.Reserve(ctx, key, holder{stream: "EVENTS", seq: 2, delivered: 2}, time.Minute)
+	l2, err := s.reserve(ctx, key, holder{stream: "EVENTS", seq: 2, delivered: 2}, time.Minute)
 	if err != nil {
 		t.Fatalf("redelivery takeover: %v", err)
 	}
 	if err := l2.release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	l3, err := s.Reserve(ctx, key, m1, time.Minute)
+	l3, err := s.reserve(ctx, key, m1, time.Minute)
 	if err != nil {
 		t.Fatalf("after release: %v", err)
 	}
@@ -151,12 +150,12 @@ func TestReservationLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	var dup *DuplicateEventError
-	if _, err := s.Reserve(ctx, key, holder{stream: "EVENTS", seq: 9, delivered: 1}, 0); !errors.As(err, &dup) {
+	if _, err := s.reserve(ctx, key, holder{stream: "EVENTS", seq: 9, delivered: 1}, 0); !errors.As(err, &dup) {
 		t.Fatalf("after done: %v, want DuplicateEventError", err)
 	}
 	// Any byte string is an event id.
 	for _, id := range []string{"a b/c", "\x00\xff", strings.Repeat("x", 500), "ünï.cødé*>"} {
-		if _, err := s.Reserve(ctx, reservationKey("r", id), m1, time.Minute); err != nil {
+		if _, err := s.reserve(ctx, reservationKey("r", id), m1, time.Minute); err != nil {
 			t.Errorf("event id %q: %v", id, err)
 		}
 	}
@@ -189,7 +188,7 @@ func TestOneRequestPerEventAcrossTwoBridges(t *testing.T) {
 		// The 100 messages are waiting before the bridges start, so that
 		// their first pulls take many at once and the reservations race.
 		_, js := natstest.Connect(t, srv.URL())
-		provisioned(t, cfg, js, f.parts())
+		provisioned(t, cfg, js, f)
 		for i := range 100 {
 			msg := &nats.Msg{Subject: "events.info.x", Data: []byte(`{}`), Header: nats.Header{}}
 			msg.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("msg-%d", i))
@@ -486,7 +485,7 @@ func TestRefreshWithALostAnswerKeepsTheLease(t *testing.T) {
 	ctx := context.Background()
 	key := reservationKey("r", "e")
 	me := holder{stream: "EVENTS", seq: 1, delivered: 1}
-	l, err := s.Reserve(ctx, key, me, time.Minute)
+	l, err := s.reserve(ctx, key, me, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -501,17 +500,17 @@ func TestRefreshWithALostAnswerKeepsTheLease(t *testing.T) {
 		t.Fatalf("done: %v", err)
 	}
 	var dup *DuplicateEventError
-	if err := s.Lookup(ctx, key, me); !errors.As(err, &dup) {
+	if err := s.lookup(ctx, key, me); !errors.As(err, &dup) {
 		t.Fatalf("Lookup = %v; want DuplicateEventError", err)
 	}
 
 	// Taken over by another delivery: the lease must not adopt its revision.
 	key2 := reservationKey("r", "e2")
-	l2, err := s.Reserve(ctx, key2, me, time.Minute)
+	l2, err := s.reserve(ctx, key2, me, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Reserve(ctx, key2, holder{stream: "EVENTS", seq: 1, delivered: 2}, time.Minute); err != nil {
+	if _, err := s.reserve(ctx, key2, holder{stream: "EVENTS", seq: 1, delivered: 2}, time.Minute); err != nil {
 		t.Fatalf("takeover: %v", err)
 	}
 	if err := l2.refresh(ctx); err == nil {

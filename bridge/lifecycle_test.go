@@ -80,7 +80,7 @@ routes:
 		srv := natstest.Start(t)
 		_, js := natstest.Connect(t, srv.URL())
 		ctx := context.Background()
-		pre := provisioned(t, cfg, js, f.parts())
+		pre := provisioned(t, cfg, js, f)
 		cons := pre.routes[0].consumer()
 		if md := cons.CachedInfo().Config.MaxDeliver; md != 3 {
 			return fmt.Errorf("consumer MaxDeliver %d, want max_deliver+1 = 3", md)

@@ -51,7 +51,7 @@ type metrics struct {
 
 	// Children of the hot path, looked up once here rather than per
 	// message; read-only after newMetrics.
-	settledChildren map[string]map[string]prometheus.Counter // route -> outcome
+	settledChildren map[string]map[Outcome]prometheus.Counter // route -> outcome
 	destChildren    map[string]*destMetrics
 
 	// severityMismatch counts Event-Severity headers ignored because the
@@ -178,12 +178,12 @@ func newMetrics(reg prometheus.Registerer, cfg *config.Config) (*metrics, error)
 	for _, r := range cfg.Routes {
 		m.severityMismatches[r.Name] = &severityMismatches{count: m.severityMismatch.WithLabelValues(r.Name)}
 	}
-	m.settledChildren = make(map[string]map[string]prometheus.Counter, len(cfg.Routes))
+	m.settledChildren = make(map[string]map[Outcome]prometheus.Counter, len(cfg.Routes))
 	m.destChildren = make(map[string]*destMetrics, len(cfg.Destinations))
 	for _, r := range cfg.Routes {
-		children := make(map[string]prometheus.Counter, 4)
-		for _, o := range []string{OutcomeDelivered, OutcomeRedeliveryScheduled, OutcomeDeadLettered, OutcomeDuplicateSkipped} {
-			children[o] = m.messages.WithLabelValues(r.Name, o)
+		children := make(map[Outcome]prometheus.Counter, 4)
+		for _, o := range []Outcome{OutcomeDelivered, OutcomeRedeliveryScheduled, OutcomeDeadLettered, OutcomeDuplicateSkipped} {
+			children[o] = m.messages.WithLabelValues(r.Name, string(o))
 		}
 		m.settledChildren[r.Name] = children
 		for _, reason := range deadletter.Reasons {
@@ -256,7 +256,7 @@ func (m *metrics) observeSettled(s Settled) {
 	if c := m.settledChildren[s.Route][s.Outcome]; c != nil {
 		c.Inc()
 	} else {
-		m.messages.WithLabelValues(s.Route, s.Outcome).Inc()
+		m.messages.WithLabelValues(s.Route, string(s.Outcome)).Inc()
 	}
 	if s.Outcome == OutcomeDeadLettered {
 		m.deadLetters.WithLabelValues(s.Route, string(s.Reason)).Inc()

@@ -75,7 +75,7 @@ func (b *Bridge) Provision(ctx context.Context) error {
 		}); err != nil {
 			return fmt.Errorf("bridge: idempotency bucket %s: %w", b.cfg.Idempotency.Bucket, err)
 		}
-		b.idem = b.parts.reservations(kv)
+		b.idem = newReservations(kv)
 	}
 	for _, r := range b.routes {
 		if err := apiCall(ctx, r.bindConsumer); err != nil {

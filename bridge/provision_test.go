@@ -118,7 +118,7 @@ routes:
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	provisioned(t, testConfig(t, yaml, "168h", "24h", sink.URL()), js, defaultParts())
+	provisioned(t, testConfig(t, yaml, "168h", "24h", sink.URL()), js, faults{})
 
 	// The operator tightens every stream and the bucket.
 	limit := func(name string) {
@@ -154,7 +154,7 @@ routes:
 
 	// A restart with a changed max_age and TTL applies them and keeps the
 	// limits.
-	provisioned(t, testConfig(t, yaml, "72h", "12h", sink.URL()), js, defaultParts())
+	provisioned(t, testConfig(t, yaml, "72h", "12h", sink.URL()), js, faults{})
 	if err := check(t, js); err != nil {
 		t.Error(err)
 	}

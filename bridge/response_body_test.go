@@ -32,7 +32,7 @@ func TestSlowOrLargeResponseBodyKeepsItsStatus(t *testing.T) {
 		status int
 		// body writes the response after its header line.
 		body        func(w http.ResponseWriter, r *http.Request)
-		wantOutcome string
+		wantOutcome Outcome
 	}{
 		{
 			name: "2xx, Content-Length 1000, 10 bytes then silence", status: 200, wantOutcome: OutcomeDelivered,

@@ -136,7 +136,7 @@ routes:
 		ctx := context.Background()
 		// An older deploy ran route "other"; JetStream gave up on one of its
 		// messages, then the route was removed and its consumer deleted.
-		pre := provisioned(t, testConfig(t, routes+other, sink.URL()), js, defaultParts())
+		pre := provisioned(t, testConfig(t, routes+other, sink.URL()), js, faults{})
 		ack, err := js.Publish(ctx, "events.warning.x", []byte(`{}`), jetstream.WithMsgID("w1"))
 		if err != nil {
 			t.Fatal(err)

@@ -60,7 +60,7 @@ func TestMaxDeliveriesAdvisoryWhileNoBridgeRuns(t *testing.T) {
 		srv := natstest.Start(t)
 		_, js := natstest.Connect(t, srv.URL())
 		ctx := context.Background()
-		pre := provisioned(t, cfg, js, f.parts())
+		pre := provisioned(t, cfg, js, f)
 		if _, err := js.Publish(ctx, "events.info.x", []byte(`{"n":1}`), jetstream.WithMsgID("e1")); err != nil {
 			t.Fatal(err)
 		}

@@ -63,7 +63,7 @@ func counterValue(reg prometheus.Gatherer, name string, labels map[string]string
 // is exactly 6 on the route and exists at 0 on a route without traffic;
 // exactly one log line reports the ignored headers, naming the severities,
 // never the garbage value. Control: the old precedence (the header wins),
-// injected as the bridge's severity part, is caught.
+// injected through the messages the bridge receives (headerWins), is caught.
 func TestEventSeverityHeaderCannotOverrideSubject(t *testing.T) {
 	check := func(t testing.TB, tweak func(*Bridge)) error {
 		sink := sinktest.New(t, nil)

@@ -149,7 +149,7 @@ func endDelivery(ev *event, out Settled, dlq uint64) {
 		sp.End()
 		return
 	}
-	attrs := []attribute.KeyValue{attrOutcome.String(out.Outcome), attrTries.Int(out.Tries)}
+	attrs := []attribute.KeyValue{attrOutcome.String(string(out.Outcome)), attrTries.Int(out.Tries)}
 	ea := make([]attribute.KeyValue, 0, 3)
 	switch out.Outcome {
 	case OutcomeDelivered, OutcomeDuplicateSkipped:

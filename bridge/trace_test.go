@@ -445,7 +445,7 @@ routes:
 		}
 		if n > 0 {
 			heldSpans++
-			if attrOf(s, attrOutcome).AsString() != OutcomeDelivered {
+			if attrOf(s, attrOutcome).AsString() != string(OutcomeDelivered) {
 				t.Fatalf("the held delivery %v was not the delivered one", s.Attributes())
 			}
 		}

@@ -172,17 +172,21 @@ func (k *Bridge) Logs() string { return k.logs.String() }
 func (k *Bridge) Settlements() []bridge.Settled { return k.settled.all() }
 
 // final reports whether an outcome ends a message's life on a route.
-func final(outcome string) bool { return outcome != bridge.OutcomeRedeliveryScheduled }
+func final(outcome bridge.Outcome) bool { return outcome != bridge.OutcomeRedeliveryScheduled }
 
 // WaitSettled waits until at least n settlements have one of outcomes (any
 // outcome when none are given) and returns those settlements in order.
 // After Timeout it fails the test, listing the settlements so far.
-func (k *Bridge) WaitSettled(t testing.TB, n int, outcomes ...string) []bridge.Settled {
+func (k *Bridge) WaitSettled(t testing.TB, n int, outcomes ...bridge.Outcome) []bridge.Settled {
 	t.Helper()
 	match := func(s bridge.Settled) bool { return len(outcomes) == 0 || slices.Contains(outcomes, s.Outcome) }
 	what := fmt.Sprintf("%d settlements by the bridge", n)
 	if len(outcomes) > 0 {
-		what = fmt.Sprintf("%d settlements %s by the bridge", n, strings.Join(outcomes, " or "))
+		names := make([]string, len(outcomes))
+		for i, o := range outcomes {
+			names[i] = string(o)
+		}
+		what = fmt.Sprintf("%d settlements %s by the bridge", n, strings.Join(names, " or "))
 	}
 	got := k.wait(t, what, func(all []bridge.Settled) bool {
 		c := 0

@@ -152,15 +152,15 @@ func flakyAndCut() jetbridgetest.Script {
 // and cut, then delivered; ok delivered at once.
 func checkFlakyAndCut(all []bridge.Settled) error {
 	var errs []error
-	got := map[string][]string{}
+	got := map[string][]bridge.Outcome{}
 	for _, s := range all {
 		got[s.EventID] = append(got[s.EventID], s.Outcome)
 		if s.EventID == "flaky" && s.Outcome == bridge.OutcomeRedeliveryScheduled && s.Delay < time.Second {
 			errs = append(errs, fmt.Errorf("flaky redelivered after %s, want at least the Retry-After of 1s", s.Delay))
 		}
 	}
-	redelivered := []string{bridge.OutcomeRedeliveryScheduled, bridge.OutcomeDelivered}
-	for id, want := range map[string][]string{"ok": {bridge.OutcomeDelivered}, "flaky": redelivered, "cut": redelivered} {
+	redelivered := []bridge.Outcome{bridge.OutcomeRedeliveryScheduled, bridge.OutcomeDelivered}
+	for id, want := range map[string][]bridge.Outcome{"ok": {bridge.OutcomeDelivered}, "flaky": redelivered, "cut": redelivered} {
 		if !slices.Equal(got[id], want) {
 			errs = append(errs, fmt.Errorf("%s settled %v, want %v", id, got[id], want))
 		}
@@ -197,7 +197,7 @@ func TestScriptsDriveRedeliveryCheckCatchesIgnoredScript(t *testing.T) {
 // scripted publishes ids to a bridge delivering to a receiver answering
 // by script, waits for each one's final settlement, and returns the
 // outcomes of each id in order, with the bridge.
-func scripted(t *testing.T, script jetbridgetest.Script, extraYAML string, ids ...string) (map[string][]string, *jetbridgetest.Bridge) {
+func scripted(t *testing.T, script jetbridgetest.Script, extraYAML string, ids ...string) (map[string][]bridge.Outcome, *jetbridgetest.Bridge) {
 	t.Helper()
 	srv := jetbridgetest.NewServer(t)
 	rec := jetbridgetest.NewReceiver(t, jetbridgetest.WithScript(script))
@@ -208,7 +208,7 @@ func scripted(t *testing.T, script jetbridgetest.Script, extraYAML string, ids .
 	for _, id := range ids {
 		b.WaitEvent(t, id)
 	}
-	got := map[string][]string{}
+	got := map[string][]bridge.Outcome{}
 	for _, s := range b.Settlements() {
 		got[s.EventID] = append(got[s.EventID], s.Outcome)
 	}
@@ -236,9 +236,9 @@ const timeoutNoRetry = "    timeout: 1s\n    transport_retry: {count: 0}\n"
 
 // checkLatencyHangSequence reports an outcome that is not what
 // latencyHangSequence must cause.
-func checkLatencyHangSequence(got map[string][]string) error {
+func checkLatencyHangSequence(got map[string][]bridge.Outcome) error {
 	var errs []error
-	for id, want := range map[string][]string{
+	for id, want := range map[string][]bridge.Outcome{
 		"slow": {bridge.OutcomeDelivered},
 		"hung": {bridge.OutcomeRedeliveryScheduled, bridge.OutcomeDelivered},
 		"seq":  {bridge.OutcomeRedeliveryScheduled, bridge.OutcomeDelivered},

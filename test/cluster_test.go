@@ -583,7 +583,7 @@ func (s *clusterSettled) add(st bridge.Settled) {
 	if s.n == nil {
 		s.n = map[string]int{}
 	}
-	s.n[st.Outcome]++
+	s.n[string(st.Outcome)]++
 }
 
 func (s *clusterSettled) counts() map[string]int {

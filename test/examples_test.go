@@ -334,7 +334,7 @@ func (o *exampleOutcomes) add(s bridge.Settled) {
 }
 
 // ids returns the event ids settled on route with outcome, sorted.
-func (o *exampleOutcomes) ids(route, outcome string) []string {
+func (o *exampleOutcomes) ids(route string, outcome bridge.Outcome) []string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	var ids []string

@@ -278,7 +278,7 @@ func TestSoterCareNotifierRecovers(t *testing.T) {
 	e.b.WaitEvent(t, rc.EventID)
 	e.quiet(t)
 	got := e.outcomes(rc.EventID)
-	want := []string{bridge.OutcomeRedeliveryScheduled, bridge.OutcomeRedeliveryScheduled, bridge.OutcomeDelivered}
+	want := []bridge.Outcome{bridge.OutcomeRedeliveryScheduled, bridge.OutcomeRedeliveryScheduled, bridge.OutcomeDelivered}
 	if len(got) != len(want) {
 		t.Fatalf("%d settlements, want %d: %+v", len(got), len(want), got)
 	}
