@@ -35,7 +35,7 @@ type routeStatus struct {
 }
 
 // destinationStatus is one destination as /status shows it: its breaker
-// and its flow control (README "Flow control").
+// and its flow control (docs/delivery.md#flow-control).
 type destinationStatus struct {
 	Destination string `json:"destination"`
 	Breaker     string `json:"breaker"`

@@ -15,8 +15,8 @@ import (
 )
 
 // Throughput and latency through an embedded JetStream server and a local
-// HTTP destination on loopback. Reported, never asserted: see the README's
-// "Performance" section for numbers and how to reproduce them.
+// HTTP destination on loopback. Reported, never asserted: see
+// docs/performance.md for numbers and how to reproduce them.
 //
 //	go test -run '^$' -bench . -benchtime 5000x ./bridge
 
@@ -102,8 +102,8 @@ func waitArrival(s *sinktest.Sink, n int) {
 }
 
 // BenchmarkHotPath drains 1 KiB JSON events (envelope format, 64 in
-// flight), the in-process profile target of the README's "Performance"
-// section:
+// flight), the in-process profile target of
+// docs/performance.md:
 //
 //	go test -run '^$' -bench HotPath -benchtime 20000x -cpuprofile cpu.out ./bridge
 func BenchmarkHotPath(b *testing.B) {

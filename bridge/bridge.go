@@ -53,10 +53,10 @@ type Options struct {
 	OnSettle func(Settled)
 	// OnBreaker, if set, is called on every circuit breaker transition.
 	OnBreaker func(destination string, from, to BreakerState)
-	// Registerer, if set, receives the bridge's Prometheus series (README
-	// "Health, status and metrics").
+	// Registerer, if set, receives the bridge's Prometheus series
+	// (docs/operating.md#health-status-and-metrics).
 	Registerer prometheus.Registerer
-	// TracerProvider, if set, turns tracing on (README "Tracing"); nil
+	// TracerProvider, if set, turns tracing on (docs/tracing.md); nil
 	// costs nothing.
 	TracerProvider trace.TracerProvider
 }

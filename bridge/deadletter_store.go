@@ -100,7 +100,7 @@ const (
 
 // keptHeaders are the original headers a minimal dead letter keeps.
 var keptHeaders = []string{producer.HeaderEventID, producer.HeaderEventType, producer.HeaderEventSeverity, producer.HeaderContentType,
-	tracing.HeaderTraceparent, tracing.HeaderTracestate} // the original trace (README "Tracing")
+	tracing.HeaderTraceparent, tracing.HeaderTracestate} // the original trace (docs/tracing.md)
 
 // shrinkDeadLetter returns a copy of the full dead letter in form to
 // (dlNoPayload or dlMinimal).

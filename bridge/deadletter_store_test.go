@@ -462,7 +462,8 @@ func TestTooLarge(t *testing.T) {
 // plantDeadLetterID stores a message on the dead-letter subject of route
 // r for subject under the Nats-Msg-Id the real dead letter of the given
 // source sequence will carry, as a producer allowed on the dead-letter
-// prefix could (without the README's permissions). It returns its
+// prefix could (without the permissions of
+// docs/security.md#who-may-write-dead-letters). It returns its
 // sequence on the dead-letter stream.
 func plantDeadLetterID(t testing.TB, js jetstream.JetStream, id, subject string) uint64 {
 	t.Helper()

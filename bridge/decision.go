@@ -92,7 +92,7 @@ type decision struct {
 
 // decide maps the failure of an attempt (nil for a 2xx) and the JetStream
 // delivery count to a decision. It is pure, and it is the whole settlement
-// table of the README's Delivery section, unusual cases included: every
+// table of docs/delivery.md#delivery, unusual cases included: every
 // settlement of a source message (delivery.go, settle) is one of its rows.
 func (p settlePolicy) decide(err error, delivered uint64) decision {
 	if err == nil {

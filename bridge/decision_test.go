@@ -23,7 +23,7 @@ type decideFunc func(err error, delivered uint64, p settlePolicy) decision
 // decideBy is the bridge's table as a decideFunc.
 func decideBy(err error, delivered uint64, p settlePolicy) decision { return p.decide(err, delivered) }
 
-// decisionMismatches runs the settlement table (README "Delivery"), its
+// decisionMismatches runs the settlement table (docs/delivery.md#delivery), its
 // unusual cases included, against decide and returns every row it gets
 // wrong.
 func decisionMismatches(decide decideFunc) []string {

@@ -1,7 +1,7 @@
 // Package bridge delivers the messages of JetStream streams to HTTP
 // destinations: one durable pull consumer per route, one long-lived
 // failsafe-go pipeline per destination, and a settlement for every
-// message (README "Delivery").
+// message (docs/delivery.md#delivery).
 //
 // Build a Bridge with New from a validated configuration and a JetStream
 // handle, then call Run: it provisions the streams and consumers, delivers
@@ -68,7 +68,7 @@
 //
 // errors.go holds the failures the stages return (all matchable with
 // errors.Is and errors.As), and trace.go the spans of a delivery and its
-// tries when Options.TracerProvider is set (README "Tracing"; nil: no span,
+// tries when Options.TracerProvider is set (docs/tracing.md; nil: no span,
 // no allocation).
 //
 // Around the delivery: destination.go builds a destination and its

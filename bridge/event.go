@@ -95,7 +95,7 @@ func eventID(h nats.Header, stream string, seq uint64) string {
 // not a severity: the value itself is never printed.
 const severityInvalid = "invalid"
 
-// severityOf is the bridge's Event-Severity rule (README "Events on NATS"):
+// severityOf is the bridge's Event-Severity rule (docs/security.md#what-producers-cannot-choose):
 // a subject that carries a severity token (<root>.<severity>.<type…>)
 // decides, whatever the header says, so that a producer allowed to publish
 // on events.info.> cannot make its events CRITICAL (the request's

@@ -17,7 +17,7 @@ import (
 	"github.com/sotercare/jetbridge/subjects"
 )
 
-// Flow control of one destination (README "Flow control"), shared by every
+// Flow control of one destination (docs/delivery.md#flow-control), shared by every
 // route delivering to it: two stages of its failsafe-go pipeline
 // (pipeline.go).
 //

@@ -17,7 +17,7 @@ const (
 	classTransport = "transport"
 )
 
-// metrics are the Prometheus series listed in the README's metrics section. Their labels carry only
+// metrics are the Prometheus series listed in docs/operating.md#metrics. Their labels carry only
 // names from the configuration, outcomes, classes and reasons: never an
 // event id, a payload or a header value.
 type metrics struct {

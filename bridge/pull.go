@@ -32,8 +32,8 @@ import (
 // its heartbeat timer running for two heartbeats after the pull has
 // ended, and the timer keeps the pull's subscription and buffers
 // reachable. At a pull every millisecond or two, that kept about 2 MiB of
-// dead pulls alive in the bridge's heap during a drain (README
-// "Performance").
+// dead pulls alive in the bridge's heap during a drain
+// (docs/performance.md).
 const (
 	fetchWait      = 5 * time.Second
 	fetchHeartbeat = time.Second

@@ -27,7 +27,7 @@ routes:
 // for messages: once one message of a pull of 4 is delivered, the server
 // holds two pull requests of the route (the first, for 3 more, and the
 // next, for the slot that was freed), so a message published then is not
-// left waiting for a pull's round trip (README "Performance").
+// left waiting for a pull's round trip (docs/performance.md).
 func TestRouteWithRoomKeepsAPullOpen(t *testing.T) {
 	check := func(t testing.TB, f faults) error {
 		sink := sinktest.New(t, sinktest.Always(200))

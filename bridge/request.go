@@ -2,7 +2,7 @@ package bridge
 
 // This file renders a delivery's HTTP request: the body in the
 // destination's format (envelope, raw, cloudevents), the headers, and the
-// Standard Webhooks signature (README "The request").
+// Standard Webhooks signature (docs/delivery.md#the-request).
 
 import (
 	"bytes"
@@ -95,7 +95,7 @@ func buildPayload(ev *event, d *destination) (*payload, error) {
 	return p, nil
 }
 
-// appendEnvelope appends the envelope body (README "The request"):
+// appendEnvelope appends the envelope body (docs/delivery.md#the-request):
 //
 //	{"id":…,"eventType":…,"severity":…,"subject":…,"metadata":{…},"payload":…,"publishedAt":…}
 //

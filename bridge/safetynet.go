@@ -29,8 +29,8 @@ import (
 //
 // The advisory stream is untrusted input: an advisory is size-bounded,
 // validated, and must agree with the subject it was stored under before
-// anything acts on it. A failure is classified (see the README's safety-net
-// section):
+// anything acts on it. A failure is classified (see
+// docs/delivery.md#the-max-deliveries-safety-net):
 //   - permanent (retrying can never help: the advisory is unreadable or
 //     names another stream, the route's consumer no longer exists, the
 //     message is gone, or the dead letter is refused even without its

@@ -9,7 +9,7 @@ import (
 )
 
 // Logs, dead-letter reason headers and settlement errors never carry the
-// payload, header values, URL secrets or signing secrets (README "What is and is not logged").
+// payload, header values, URL secrets or signing secrets (docs/security.md#what-is-and-is-not-logged).
 func TestNoSecretsOrPayloadsInLogsOrReasons(t *testing.T) {
 	rejecting := sinktest.New(t, sinktest.Always(400))
 	closer := sinktest.NewCloser(t, true)

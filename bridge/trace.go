@@ -1,6 +1,6 @@
 package bridge
 
-// This file is the bridge's OpenTelemetry tracing (README "Tracing"): one
+// This file is the bridge's OpenTelemetry tracing (docs/tracing.md): one
 // consumer span per JetStream delivery of a message on a route, child of
 // the producer's span found in the message's traceparent; one client span
 // per HTTP try under it, whose context is injected into the request; span

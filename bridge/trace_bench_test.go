@@ -19,7 +19,7 @@ import (
 )
 
 // BenchmarkHotPathTracing is BenchmarkHotPath with tracing on, exporting
-// over OTLP/HTTP to a real receiver on loopback (README "Tracing"): every
+// over OTLP/HTTP to a real receiver on loopback (docs/tracing.md): every
 // delivery sampled (ratio 1.0), one in a hundred (0.01), and with a dead
 // collector (nothing listening; a receiver that never answers), and off
 // (as BenchmarkHotPath), so that -count interleaves the variants on a

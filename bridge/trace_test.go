@@ -368,7 +368,8 @@ func checkForwarded(tp, ts string, h map[string][]string) error {
 }
 
 // spanTree renders spans as an indented tree with offsets and durations
-// from the first span's start (the README's example trace).
+// from the first span's start (the example trace in
+// docs/tracing.md#a-retried-delivery-from-a-real-run).
 func spanTree(spans []sdktrace.ReadOnlySpan) string {
 	if len(spans) == 0 {
 		return ""

@@ -38,7 +38,7 @@ const drainTimeout = 100 * time.Millisecond
 // destination's response (net/http's default is 10 MiB per response, per
 // connection in flight). A response whose headers are longer is abandoned:
 // the try is a TransportError of kind kindHeadersTooLarge, never a
-// delivery. See the README's Security section.
+// delivery. See docs/security.md.
 const maxResponseHeaderBytes = 64 << 10
 
 // maxRetryAfterLen bounds the Retry-After value that is parsed; a longer

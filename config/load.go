@@ -38,7 +38,7 @@ var (
 // LoadFile blocks while a pipe has no writer). Directories, devices such as
 // /dev/zero and sockets are refused with ErrNotRegularFile, and more than
 // MaxFileSize bytes with ErrFileTooLarge, before anything is parsed. See
-// the README's Security section.
+// docs/security.md.
 func LoadFile(path string) (*Config, error) {
 	data, err := readBounded(path, MaxFileSize, configFileMode)
 	if err != nil {

@@ -1,6 +1,6 @@
 package config
 
-// Tracing is the optional tracing block (README "Tracing"). The standard
+// Tracing is the optional tracing block (docs/tracing.md). The standard
 // OTEL_* environment variables configure everything else, and an endpoint
 // set by OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
 // takes precedence over Endpoint.

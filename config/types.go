@@ -118,12 +118,12 @@ type Destination struct {
 	CircuitBreaker CircuitBreaker    `yaml:"circuit_breaker"`
 	Signing        *Signing          `yaml:"signing"` // nil: unsigned
 	TLS            TLS               `yaml:"tls"`
-	// Flow control (README "Flow control"); nil: no limit.
+	// Flow control (docs/delivery.md#flow-control); nil: no limit.
 	RateLimit   *RateLimit   `yaml:"rate_limit"`
 	Concurrency *Concurrency `yaml:"concurrency"`
 	RetryBudget *RetryBudget `yaml:"retry_budget"`
 	// ForwardBaggage lets the W3C baggage of a message's trace go on to
-	// the destination (README "Tracing"); false: it never does.
+	// the destination (docs/tracing.md); false: it never does.
 	ForwardBaggage bool `yaml:"forward_baggage"`
 }
 

@@ -30,7 +30,7 @@ var systemTokens = map[string]string{
 }
 
 // ReplayRefusedError is a dead letter that replay refuses to republish
-// (see the README's Security section): nothing was stored by the source
+// (see docs/security.md): nothing was stored by the source
 // stream and the dead letter is kept. It matches ErrReplayRefused and
 // ErrNotReplayable.
 //

@@ -26,7 +26,7 @@ const listWait = time.Second
 const listInactive = 30 * time.Second
 
 // Message is one message of the dead-letter stream, decoded from the
-// headers the bridge wrote (see the README's Dead letters section). Fields
+// headers the bridge wrote (see docs/operating.md#dead-letters). Fields
 // whose header is absent or unparsable are zero; Header always holds every
 // header as stored. Every field is untrusted input: anyone allowed to
 // publish on the dead-letter prefix can store a dead letter.

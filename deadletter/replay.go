@@ -32,8 +32,8 @@ type ReplayResult struct {
 	Kept      bool // the dead letter was left on the dead-letter stream
 }
 
-// Replay republishes dead letter seq to its original subject (see the
-// README's Dead letters and Security sections), waits for the PubAck of
+// Replay republishes dead letter seq to its original subject (see
+// docs/operating.md#dead-letters and docs/security.md), waits for the PubAck of
 // the configured stream and only then deletes the dead letter, unless
 // keep.
 //

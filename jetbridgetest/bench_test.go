@@ -9,8 +9,8 @@ import (
 	"github.com/sotercare/jetbridge/producer"
 )
 
-// What a user's test pays for the kit (README "Testing your producer and
-// receiver"), each iteration one test's worth, cleanup included: starting
+// What a user's test pays for the kit
+// (docs/testing.md#testing-your-producer-and-receiver), each iteration one test's worth, cleanup included: starting
 // a server, a receiver and a bridge; and that plus publishing 100 events
 // and waiting until all are delivered. Each iteration runs in its own
 // scope (exampleT), so its cleanups run before the next one starts.

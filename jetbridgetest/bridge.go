@@ -19,8 +19,8 @@ import (
 )
 
 // Config is what StartBridge and Provision accept: a configuration as
-// config.Load returns it, or the YAML text of one (README "Configuration
-// reference"; ${VAR} references are expanded from the environment, so
+// config.Load returns it, or the YAML text of one
+// (docs/configuration.md; ${VAR} references are expanded from the environment, so
 // t.Setenv works). The nats and admin sections are not used: the bridge
 // runs on a connection to the kit's server and serves no admin endpoints.
 type Config interface{ *config.Config | string }

@@ -38,5 +38,5 @@
 // server, internal/sinktest for the receiver), and logs the bridge through
 // zerolog, as bridge.Options wants: importing the kit brings those into a
 // test binary, not into the program under test. Its stability is stated in
-// the README section "Testing your producer and receiver".
+// docs/testing.md#testing-your-producer-and-receiver.
 package jetbridgetest

@@ -14,7 +14,7 @@ import (
 	"github.com/sotercare/jetbridge/webhook"
 )
 
-// Request headers the bridge sets on every delivery (README "The request").
+// Request headers the bridge sets on every delivery (docs/delivery.md#the-request).
 const (
 	HeaderEventID = "X-Event-Id"
 	HeaderAttempt = "X-Delivery-Attempt"

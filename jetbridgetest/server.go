@@ -238,8 +238,8 @@ func (s *Server) Restart(t testing.TB) {
 // a bridge's included, keeps what it was given: that is what a test of
 // credentials handling looks at.
 //
-// Not yet stable: it may still change (README "Testing your producer and
-// receiver").
+// Not yet stable: it may still change
+// (docs/testing.md#testing-your-producer-and-receiver).
 func (s *Server) RotateCredentials(t testing.TB) Credentials {
 	t.Helper()
 	if s.auth == nil {
@@ -259,8 +259,8 @@ func (s *Server) RotateCredentials(t testing.TB) Credentials {
 // bad credentials, across restarts; 0 without authentication. Wait on it
 // rather than sleeping through a credentials change.
 //
-// Not yet stable: it may still change (README "Testing your producer and
-// receiver").
+// Not yet stable: it may still change
+// (docs/testing.md#testing-your-producer-and-receiver).
 func (s *Server) Rejections() int {
 	if s.auth == nil {
 		return 0
@@ -279,8 +279,8 @@ func (s *Server) Nodes() int {
 // ShutdownNode stops node i (0-based) of a cluster; the others keep
 // serving R3 streams. RestartNode brings it back.
 //
-// Not yet stable: it may still change (README "Testing your producer and
-// receiver").
+// Not yet stable: it may still change
+// (docs/testing.md#testing-your-producer-and-receiver).
 func (s *Server) ShutdownNode(t testing.TB, i int) {
 	t.Helper()
 	s.node(t, i)
@@ -290,8 +290,8 @@ func (s *Server) ShutdownNode(t testing.TB, i int) {
 // RestartNode restarts node i (0-based) of a cluster on its store and
 // ports and waits until it is back in the cluster.
 //
-// Not yet stable: it may still change (README "Testing your producer and
-// receiver").
+// Not yet stable: it may still change
+// (docs/testing.md#testing-your-producer-and-receiver).
 func (s *Server) RestartNode(t testing.TB, i int) {
 	t.Helper()
 	s.node(t, i)

@@ -15,7 +15,7 @@ import (
 	"github.com/sotercare/jetbridge/subjects"
 )
 
-// The Go program of the README's "Publishing events", run against an
+// The Go program of docs/testing.md#publishing-events, run against an
 // embedded JetStream.
 func Example_readme() {
 	ctx := context.Background()
@@ -55,9 +55,10 @@ func createEvents(ctx context.Context, url string) error {
 	return err
 }
 
-// readmeMain is main of the README's program with url for
-// nats.DefaultURL; test/readme_test.go checks that the lines between the
-// markers are the README's, line for line.
+// readmeMain is main of the program in
+// docs/testing.md#publishing-events with url for nats.DefaultURL;
+// test/readme_test.go checks that the lines between the markers are the
+// page's, line for line.
 func readmeMain(url string) {
 	// README begin
 	nc, err := nats.Connect(url)

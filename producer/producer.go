@@ -1,8 +1,8 @@
 // Package producer publishes events the way jetbridge expects them: under
 // the subject scheme of package subjects, with Nats-Msg-Id (so JetStream
 // refuses a duplicate inside the stream's duplicate window), Event-Id,
-// Event-Type, Event-Severity, Content-Type and Event-Meta-* headers (README
-// "Publishing events"), waiting for each PubAck. Its invariant: a Publish
+// Event-Type, Event-Severity, Content-Type and Event-Meta-* headers
+// (docs/testing.md#publishing-events), waiting for each PubAck. Its invariant: a Publish
 // that returns without error was stored by a stream (or recognised as a
 // duplicate of a stored event); nothing invalid is ever sent.
 //
@@ -23,7 +23,7 @@ import (
 	"github.com/sotercare/jetbridge/subjects"
 )
 
-// Headers producers set on events (README "Publishing events").
+// Headers producers set on events (docs/testing.md#publishing-events).
 const (
 	HeaderEventID       = "Event-Id"
 	HeaderEventType     = "Event-Type"
@@ -148,7 +148,7 @@ func hasHeader(h nats.Header, key string) bool {
 }
 
 // Message renders ev as the NATS message Publish sends, with its headers
-// (README "Publishing events"). It validates the subject, id and metadata.
+// (docs/testing.md#publishing-events). It validates the subject, id and metadata.
 func (p *Publisher) Message(ev Event) (*nats.Msg, error) {
 	sev := ev.Severity
 	if sev == "" {

@@ -22,7 +22,8 @@ import (
 	"github.com/sotercare/jetbridge/producer"
 )
 
-// The README's nats-server permissions (testdata/dlq-permissions.conf):
+// The nats-server permissions of
+// docs/security.md#who-may-write-dead-letters (testdata/dlq-permissions.conf):
 // the bridge's user provisions, dead-letters and replays; a producer
 // publishes events but can plant no dead letter and call no JetStream API.
 func TestDLQPermissionsSnippet(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	"github.com/sotercare/jetbridge/jetbridgetest"
 )
 
-// Graceful drain on SIGTERM (README "Shutdown"), with the real binary:
+// Graceful drain on SIGTERM (docs/operating.md#shutdown), with the real binary:
 // 50 attempts in flight on a destination taking 2 s each and 30 more
 // events waiting. The bridge takes nothing more, lets the 50 finish, acks
 // them and exits 0; restarted, it delivers the other 30 and nothing is

@@ -24,8 +24,8 @@ import (
 
 // Bounds of the header bomb scenario. Measured peak RSS with the response
 // header cap: 32 MiB (124 MiB under -race); without it the same run peaked
-// at 598 to 737 MiB (2.5 GiB under -race). See the README's Security
-// section.
+// at 598 to 737 MiB (2.5 GiB under -race). See
+// docs/security.md.
 const (
 	bombHeaderBytes  = 9 << 20   // header section of every answer
 	bombEvents       = 200       // events published

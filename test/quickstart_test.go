@@ -107,7 +107,7 @@ func TestQuickstart(t *testing.T) {
 }
 
 // assertDelivery checks one request against the contract's envelope
-// format (README "The request").
+// format (docs/delivery.md#the-request).
 func assertDelivery(t *testing.T, r jetbridgetest.Request, id, subject, payload string) {
 	t.Helper()
 	if r.Method != http.MethodPost || r.Path != "/events" {

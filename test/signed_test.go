@@ -14,11 +14,12 @@ import (
 	"github.com/sotercare/jetbridge/producer"
 )
 
-// readmeSecret is the example signing secret of config/signed.yaml and the
-// README's Security section.
+// readmeSecret is the example signing secret of config/signed.yaml and
+// docs/security.md.
 const readmeSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
-// The README's two signing commands, with the real binary: `bridge
+// The two signing commands of
+// docs/security.md#signed-deliveries-in-two-commands, with the real binary: `bridge
 // receive --secret S` and the bridge on config/signed.yaml with
 // JETBRIDGE_SIGNING_SECRET=S. The receiver verifies the signature of the
 // delivery; a receiver holding another secret reports it invalid (the

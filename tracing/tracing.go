@@ -1,5 +1,5 @@
 // Package tracing carries W3C Trace Context (traceparent, tracestate) and
-// Baggage through NATS message headers (README "Tracing"). It is the
+// Baggage through NATS message headers (docs/tracing.md). It is the
 // OpenTelemetry glue of jetbridge's producers and of the bridge; the
 // tracer provider itself is built by package tracing/export.
 //

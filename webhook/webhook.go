@@ -1,5 +1,5 @@
 // Package webhook signs and verifies Standard Webhooks (v1) signatures, as
-// the bridge sends them (README "The request"): the webhook-signature
+// the bridge sends them (docs/delivery.md#the-request): the webhook-signature
 // header holds one "v1,<base64 HMAC-SHA256 of id.timestamp.body>" per
 // signing key, space-separated, so that keys can be rotated. A receiver
 // verifies with any of its keys and refuses a timestamp outside a

@@ -250,7 +250,7 @@ func destinationRow(name string, d *config.Destination, urlPaths bool) checkDest
 	return checkDestination{name, d.URL.ShownURL(urlPaths), string(d.Format), d.Timeout.String(), tr, sr, cb, signed, flowText(d), d.ForwardBaggage}
 }
 
-// flowText is a destination's flow control (README "Flow control") in
+// flowText is a destination's flow control (docs/delivery.md#flow-control) in
 // one text; "off" when none is configured (slow start always applies).
 func flowText(d *config.Destination) string {
 	var parts []string

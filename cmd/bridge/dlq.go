@@ -349,7 +349,7 @@ func shown(s string) string {
 }
 
 // escapeTerminal is the one escaping of text that came from a dead letter
-// before it reaches a terminal (see the README's Security section): a
+// before it reaches a terminal (see docs/security.md): a
 // crafted header, subject or payload could otherwise clear the screen,
 // move the cursor, rewrite earlier lines or hide text. Newline, carriage
 // return and tab become \n, \r and \t; other C0 controls, DEL and bytes

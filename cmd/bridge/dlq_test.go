@@ -139,7 +139,7 @@ func (e *dlqEnv) reject(subject string) string {
 	return id
 }
 
-// craft stores a dead letter directly, with the headers of the README's "Dead letters" section.
+// craft stores a dead letter directly, with the headers of docs/operating.md#dead-letters.
 func (e *dlqEnv) craft(route, subject, id string, data []byte, extra map[string]string) uint64 {
 	e.t.Helper()
 	h := nats.Header{}

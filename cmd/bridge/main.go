@@ -1,13 +1,13 @@
 // Command bridge runs jetbridge: it delivers events from NATS JetStream to
 // HTTP destinations, and offers the commands to check its configuration,
-// operate its dead letters and try it out (see the README's "Commands").
+// operate its dead letters and try it out (see docs/operating.md#commands).
 //
 // Exit codes: 0 success (bridge run: after SIGINT/SIGTERM and the drain);
 // 1 runtime failure (NATS rejected the credentials or the TLS handshake at
 // start, the NATS connection was closed for good while running); 2 bad
 // usage or invalid configuration, including credential and TLS files that
-// are missing, unreadable or do not parse (see the README's Security
-// section).
+// are missing, unreadable or do not parse (see
+// docs/security.md).
 //
 // This file holds the command tree and the helpers the commands share;
 // each command's work is in the file named after it.
@@ -106,7 +106,7 @@ func serverFlag(f *pflag.FlagSet, p *string) {
 // loadConfig loads and validates the file, printing every problem, one per
 // line, on stderr; server, when not empty, replaces nats.url (--server).
 // Its error carries exit code 2. With neither --server nor nats.url,
-// $NATS_URL is used when set (see the README's "Commands"); source is then
+// $NATS_URL is used when set (see docs/operating.md#commands); source is then
 // "--server" or "$NATS_URL", else "".
 func loadConfig(flagPath, server string, stderr io.Writer) (cfg *config.Config, source string, err error) {
 	path := configPath(flagPath)

@@ -62,7 +62,7 @@ func tracingEnvWarnings(cfg *config.Config) []configWarning {
 	return out
 }
 
-// startTracing builds the tracer provider of README "Tracing" (nil when
+// startTracing builds the tracer provider of docs/tracing.md (nil when
 // tracing is off). OpenTelemetry's error handler and internal logger are
 // the bridge's before anything is built (export.InstallHandlers): errors
 // and the SDK's warnings are logged without header values or other
@@ -80,7 +80,7 @@ func startTracing(ctx context.Context, cfg *config.Config, reg prometheus.Regist
 		return nil, &exitError{Code: 2, Msg: "tracing: " + err.Error()}
 	}
 	if p != nil {
-		log.Info().Msg("tracing on: spans exported over OTLP (README \"Tracing\")")
+		log.Info().Msg("tracing on: spans exported over OTLP (docs/tracing.md)")
 	}
 	return p, nil
 }

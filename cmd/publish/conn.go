@@ -127,7 +127,7 @@ func connect(o *options) (*conn, error) {
 		nc.Close()
 		return nil, c.scrub(fmt.Errorf("JetStream at %s: %w", redactURL(o.url), err))
 	}
-	// The trace of $TRACEPARENT travels with each event (README "Tracing").
+	// The trace of $TRACEPARENT travels with each event (docs/tracing.md).
 	c.nc, c.pub = nc, producer.NewPublisher(js, o.root, producer.WithHeaders(tracing.InjectEnvironment))
 	return c, nil
 }

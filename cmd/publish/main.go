@@ -1,5 +1,5 @@
 // Command publish publishes jetbridge events to NATS JetStream and prints
-// what JetStream stored for each one (README "Publishing events").
+// what JetStream stored for each one (docs/testing.md#publishing-events).
 //
 // Every event carries its id as Nats-Msg-Id and Event-Id, so publishing the
 // same id again inside the stream's duplicate window stores nothing: publish

@@ -3,7 +3,7 @@ package main
 import "testing"
 
 // TRACEPARENT in the environment puts the published event in that trace
-// (README "Tracing"); a malformed one is not forwarded.
+// (docs/tracing.md); a malformed one is not forwarded.
 func TestPublishTraceparentFromEnvironment(t *testing.T) {
 	s := startStream(t)
 	const parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"

@@ -149,7 +149,7 @@ func serve(ctx context.Context, listen, natsURL, root string, timeout time.Durat
 		}
 		return fmt.Errorf("--listen %s: %w", listen, err)
 	}
-	// Slow or idle clients are cut off (see the README's Security section).
+	// Slow or idle clients are cut off (see docs/security.md).
 	srv := sotercare.NewServer(h, limits)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

@@ -4,7 +4,7 @@
 // suggestions for a mistyped command or flag), exit codes, the NATS server
 // flag and its precedence, terminal detection and JSON output.
 //
-// Invariants (see the README's "Commands" section): exit 0 on success or
+// Invariants (see docs/operating.md#commands): exit 0 on success or
 // help, 1 on a runtime failure, 2 on bad usage or an invalid
 // configuration; an error is one line on stderr, prefixed with the
 // command's name; flags may come before or after positional arguments.

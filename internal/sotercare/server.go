@@ -9,7 +9,7 @@ import (
 // server: time to send the request headers and the whole request, time
 // to take the response, time an idle keep-alive connection stays open, and
 // the size of the request headers. Request bodies are bounded separately
-// (64 KiB). See the README's Security section.
+// (64 KiB). See docs/security.md.
 type ServerLimits struct {
 	ReadHeaderTimeout time.Duration // request line and headers
 	ReadTimeout       time.Duration // the whole request, body included: cuts a slow body

@@ -19,7 +19,7 @@ func runBench(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.Usage = func() {
 		out := fs.Output()
-		fmt.Fprintf(out, "usage: go run ./test/bench [flags]\n\nEnd-to-end benchmark of the bridge binary against a naive reference bridge (README \"Performance\").\n\n")
+		fmt.Fprintf(out, "usage: go run ./test/bench [flags]\n\nEnd-to-end benchmark of the bridge binary against a naive reference bridge (docs/performance.md).\n\n")
 		fs.PrintDefaults()
 		fmt.Fprintf(out, "\nScenarios (A vs B, in the order they run; figures of a full run):\n")
 		for _, sc := range allScenarios(defaultOptions(false)) {

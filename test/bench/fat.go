@@ -3,8 +3,8 @@
 package main
 
 // Built with -tags fatfloor, the benchmark's own binary also links the
-// third-party code that the bridge binary must carry for README's
-// contract: the embedded JetStream server (already linked here for the
+// third-party code that the bridge binary must carry for the contract
+// (docs/delivery.md): the embedded JetStream server (already linked here for the
 // _natsd role), failsafe-go's policies, the OpenTelemetry SDK with its
 // OTLP HTTP and gRPC exporters, Prometheus, the YAML parser, the CLI
 // library and the logger. Their package initialisation runs, and the

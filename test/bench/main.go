@@ -1,5 +1,5 @@
-// Command bench is jetbridge's end-to-end performance benchmark (README
-// "Performance"). In one run on one machine it builds the real bridge
+// Command bench is jetbridge's end-to-end performance benchmark
+// (docs/performance.md). In one run on one machine it builds the real bridge
 // binary, starts a JetStream server and an HTTP sink in processes of their
 // own, and measures the bridge against a naive reference bridge written
 // here, the two alternating run by run (A B A B …). It prints medians and
@@ -7,14 +7,14 @@
 //
 // Two scenarios are floor references. The naive bridge's -envelope and
 // -confirm options each add one piece of the work jetbridge's contract
-// requires and the naive bridge skips: the JSON envelope of README "The
-// request" (json.Valid, the same bytes, appended into a reused buffer) and
+// requires and the naive bridge skips: the JSON envelope of
+// docs/delivery.md#the-request (json.Valid, the same bytes, appended into a reused buffer) and
 // the confirmed ack (DoubleAck). "floor" measures that naive bridge against
 // the plain one, the cost of the required work alone; "overhead" measures
 // jetbridge against that floor, the cost of jetbridge beyond it. Under a
 // missed throughput or CPU target the targets table prints both.
 // "idemfloor" does the same for idempotency: the naive bridge's -kv adds
-// the two KV writes of README "Exactly one delivery per event id" (an
+// the two KV writes of docs/delivery.md#exactly-one-delivery-per-event-id (an
 // atomic kv.Create before each POST, a kv.Update to done after the 2xx,
 // on a bucket configured like the bridge's) to that floor, and measures it
 // against the floor; under a missed idempotency target the targets table

@@ -28,7 +28,7 @@ import (
 const confirmTimeout = 5 * time.Second
 
 // The idempotency bucket of -kv, configured as the bridge provisions it
-// with the config defaults (README "Exactly one delivery per event id"):
+// with the config defaults (docs/delivery.md#exactly-one-delivery-per-event-id):
 // the default bucket name and TTL, one value per key, file storage, the
 // stream's replicas. kvRoute is the route name of the bridge's benchmark
 // config, the first part of each key; kvTimeout bounds each KV write as
@@ -51,7 +51,7 @@ const (
 // it can be, so that the "floor" scenario measures what that work alone
 // costs a minimal bridge:
 //
-//   - -envelope sends the body of README "The request" (format envelope),
+//   - -envelope sends the body of docs/delivery.md#the-request (format envelope),
 //     byte for byte what the bridge sends: the payload checked with
 //     json.Valid, then the envelope appended into a buffer each goroutine
 //     reuses, with the request headers the bridge must send (Content-Type
@@ -60,8 +60,8 @@ const (
 //     terminated (the bridge dead-letters it; the benchmark publishes none).
 //   - -confirm settles with a confirmed ack (DoubleAck, a request-reply to
 //     the server, bounded by confirmTimeout) instead of a plain Ack.
-//   - -kv adds the two KV writes of the bridge's idempotency (README
-//     "Exactly one delivery per event id") to each message, on a bucket
+//   - -kv adds the two KV writes of the bridge's idempotency
+//     (docs/delivery.md#exactly-one-delivery-per-event-id) to each message, on a bucket
 //     configured like the bridge's: an atomic kv.Create of the
 //     reservation ("inflight STREAM SEQ DELIVERED" under
 //     ROUTE.b.BASE64URL(id)) before the POST, a kv.Update to "done …" at
@@ -242,12 +242,12 @@ func post(ctx context.Context, c *http.Client, url string, body []byte, fh *floo
 	return resp.StatusCode/100 == 2
 }
 
-// floorHeaders are the request headers README "The request" requires
+// floorHeaders are the request headers docs/delivery.md#the-request requires
 // besides Content-Type, sent by the floor with its envelope.
 type floorHeaders struct{ id, typ, sev, delivered string }
 
 // appendFloorEnvelope appends the envelope of m, whose metadata is md
-// (README "The request"):
+// (docs/delivery.md#the-request):
 //
 //	{"id":…,"eventType":…,"severity":…,"subject":…,"metadata":{…},"payload":…,"publishedAt":…}
 //
@@ -300,8 +300,8 @@ func appendFloorEnvelope(b []byte, m jetstream.Msg, md *jetstream.MsgMetadata, f
 	return append(b, `"}`...)
 }
 
-// eventID is the event id of m as the bridge reads it (README "The
-// request"): Event-Id, else Nats-Msg-Id, else STREAM:SEQ.
+// eventID is the event id of m as the bridge reads it
+// (docs/delivery.md#the-request): Event-Id, else Nats-Msg-Id, else STREAM:SEQ.
 func eventID(m jetstream.Msg, md *jetstream.MsgMetadata) string {
 	h := m.Headers()
 	if id := h.Get(producer.HeaderEventID); id != "" {

@@ -40,8 +40,8 @@ func newPublisher(ctx context.Context, natsURL string) (*publisher, error) {
 		return nil, err
 	}
 	p.nc, p.js = nc, js
-	// The stream exactly as the bridge would create it (README
-	// "Configuration" defaults), so the bridge finds it matching and
+	// The stream exactly as the bridge would create it
+	// (docs/configuration.md defaults), so the bridge finds it matching and
 	// leaves it alone; the naive bridge just uses it.
 	_, err = js.CreateStream(ctx, jetstream.StreamConfig{
 		Name:       streamName,

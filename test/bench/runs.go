@@ -133,7 +133,7 @@ func (e *env) drainRun(ctx context.Context, n int, sys system, pub *publisher, n
 	// CPU is counted from the first request the sink sees: the start-up
 	// (config, connection, provisioning) is not part of the drain.
 	// The server's and the sink's CPU over the same window: on a shared
-	// machine they are part of what a message costs (README "Performance").
+	// machine they are part of what a message costs (docs/performance.md).
 	var cpu0, server0, sink0 time.Duration
 	var sys0, start int64
 	started := false

@@ -81,8 +81,8 @@ func orDefault(v, def string) string {
 	return v
 }
 
-// breakerDelay is the circuit breaker's default delay (README
-// "Configuration"): the bridge's configs here never change it.
+// breakerDelay is the circuit breaker's default delay
+// (docs/configuration.md): the bridge's configs here never change it.
 const breakerDelay = 2 * time.Second
 
 // bridgeConfig is the YAML configuration of the bridge for sys: defaults

@@ -1,5 +1,5 @@
 // Package export builds jetbridge's OpenTelemetry tracer provider from the
-// standard OTEL_* environment variables (README "Tracing"): OTLP over
+// standard OTEL_* environment variables (docs/tracing.md): OTLP over
 // HTTP/protobuf or gRPC (or the console exporter), the sampler of
 // OTEL_TRACES_SAMPLER, the resource of OTEL_SERVICE_NAME and
 // OTEL_RESOURCE_ATTRIBUTES (service name jetbridge by default).
