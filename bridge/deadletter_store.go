@@ -364,16 +364,3 @@ func readStored(ctx context.Context, js jetstream.JetStream, stream string, seq 
 	}
 	return m, err
 }
-
-// describe is the Bridge-Error text: the typed failure's own message, which
-// never includes a URL, payload, header value or response body.
-func describe(err error) string {
-	var de *DeliveryError
-	if errors.As(err, &de) {
-		err = de.Err
-	}
-	if err == nil {
-		return ""
-	}
-	return err.Error()
-}

@@ -464,16 +464,6 @@ func withFailure(e *zerolog.Event, failure error) *zerolog.Event {
 	return e
 }
 
-// statusOf is the HTTP status of a destination's refusal, 0 for any other
-// failure.
-func statusOf(err error) int {
-	var de *DownstreamError
-	if errors.As(err, &de) {
-		return de.Status
-	}
-	return 0
-}
-
 // progressSlot is one worker's message while it is worked on: the
 // route's progress loop sends it InProgress every third of ack_wait (and
 // refreshes its idempotency reservation), so a long attempt, or a message

@@ -227,3 +227,26 @@ func FailureKind(err error) deadletter.Failure {
 	}
 	return ""
 }
+
+// statusOf is the HTTP status of a destination's refusal, 0 for any other
+// failure.
+func statusOf(err error) int {
+	var de *DownstreamError
+	if errors.As(err, &de) {
+		return de.Status
+	}
+	return 0
+}
+
+// describe is the Bridge-Error text: the typed failure's own message, which
+// never includes a URL, payload, header value or response body.
+func describe(err error) string {
+	var de *DeliveryError
+	if errors.As(err, &de) {
+		err = de.Err
+	}
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}

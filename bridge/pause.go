@@ -24,12 +24,6 @@ func newRetryBackoff() *backoff.ExponentialBackOff {
 	}
 }
 
-// retryPause is the pause after the given number of failures in a row, as
-// newRetryBackoff paces them.
-func retryPause(failures int) time.Duration {
-	return min(retryFirst<<min(failures-1, 6), retryMax)
-}
-
 // sleep waits for d or until ctx ends.
 func sleep(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)

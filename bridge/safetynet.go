@@ -71,12 +71,6 @@ func advisoryRetry() *backoff.ExponentialBackOff {
 	return &backoff.ExponentialBackOff{InitialInterval: 5 * time.Second, Multiplier: 2, MaxInterval: 5 * time.Minute}
 }
 
-// fetchRetry is the schedule of the pauses after failed advisory fetches
-// in a row: 100 ms, doubling, up to 5 s (RandomizationFactor 0: exact).
-func fetchRetry() *backoff.ExponentialBackOff {
-	return &backoff.ExponentialBackOff{InitialInterval: 100 * time.Millisecond, Multiplier: 2, MaxInterval: 5 * time.Second}
-}
-
 // safetyNetReason is why the safety net gave up on an advisory: the reason
 // label of bridge_safety_net_failures_total.
 type safetyNetReason string
@@ -225,7 +219,7 @@ func (b *Bridge) advisories(ctx context.Context) {
 		notRun: make(map[string]struct{}),
 		fetch:  &logThrottle{s: rate.Sometimes{Interval: fetchLogEvery}},
 	}
-	pause := fetchRetry()
+	pause := newRetryBackoff()
 	failures := 0
 	for ctx.Err() == nil {
 		fctx, cancel := context.WithTimeout(ctx, fetchWait)

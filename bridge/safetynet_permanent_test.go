@@ -284,10 +284,10 @@ func TestAdvisoryBackoff(t *testing.T) {
 	}
 }
 
-// The pauses after failed advisory fetches in a row: as retryPause's were,
+// The pauses after failed advisory fetches in a row: as newRetryBackoff paces them,
 // 100 ms doubling up to 5 s, and from the start again after a fetch works.
 func TestFetchRetry(t *testing.T) {
-	b := fetchRetry()
+	b := newRetryBackoff()
 	var got []time.Duration
 	for range 9 {
 		got = append(got, b.NextBackOff())
