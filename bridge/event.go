@@ -151,20 +151,12 @@ func (r *route) noteSeverityIgnored(ev *event) {
 		return
 	}
 	n.count.Inc()
-	now := time.Now()
-	n.mu.Lock()
-	n.since++
-	if !n.logged.IsZero() && now.Sub(n.logged) < severityLogEvery {
-		n.mu.Unlock()
-		return
-	}
-	since := n.since
-	n.logged, n.since = now, 0
-	n.mu.Unlock()
-	msgLog(r.log.Warn(), ev).
-		Str("subject_severity", string(ev.Severity)).
-		Str("header_severity", ev.severityIgnored).
-		Int("ignored", since).
-		Str("log_every", severityLogEvery.String()).
-		Msg("Event-Severity header ignored: the subject's severity token decides; every such message is counted in bridge_event_severity_mismatch_total, logged at most once per log_every per route")
+	n.log.Do("", func(_, suppressed int) {
+		msgLog(r.log.Warn(), ev).
+			Str("subject_severity", string(ev.Severity)).
+			Str("header_severity", ev.severityIgnored).
+			Int("ignored", suppressed+1).
+			Str("log_every", severityLogEvery.String()).
+			Msg("Event-Severity header ignored: the subject's severity token decides; every such message is counted in bridge_event_severity_mismatch_total, logged at most once per log_every per route")
+	})
 }

@@ -3,13 +3,13 @@ package bridge
 import (
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sotercare/jetbridge/config"
 	"github.com/sotercare/jetbridge/deadletter"
+	"github.com/sotercare/jetbridge/internal/throttle"
 )
 
 // HTTP request classes of bridge_http_requests_total.
@@ -65,10 +65,8 @@ type metrics struct {
 // severityMismatches is one route's ignored Event-Severity headers: the
 // counter, and when the route last logged one (noteSeverityIgnored).
 type severityMismatches struct {
-	count  prometheus.Counter
-	mu     sync.Mutex
-	logged time.Time // the last log line; zero before the first
-	since  int       // ignored since the last log line
+	count prometheus.Counter
+	log   throttle.Log // Interval severityLogEvery
 }
 
 // destMetrics are one destination's per-try series.
@@ -176,7 +174,7 @@ func newMetrics(reg prometheus.Registerer, cfg *config.Config) (*metrics, error)
 	}
 	m.severityMismatches = make(map[string]*severityMismatches, len(cfg.Routes))
 	for _, r := range cfg.Routes {
-		m.severityMismatches[r.Name] = &severityMismatches{count: m.severityMismatch.WithLabelValues(r.Name)}
+		m.severityMismatches[r.Name] = &severityMismatches{count: m.severityMismatch.WithLabelValues(r.Name), log: throttle.Log{Interval: severityLogEvery}}
 	}
 	m.settledChildren = make(map[string]map[Outcome]prometheus.Counter, len(cfg.Routes))
 	m.destChildren = make(map[string]*destMetrics, len(cfg.Destinations))

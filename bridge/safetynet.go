@@ -11,10 +11,10 @@ import (
 	"github.com/cenkalti/backoff/v5"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
-	"golang.org/x/time/rate"
 
 	"github.com/sotercare/jetbridge/config"
 	"github.com/sotercare/jetbridge/deadletter"
+	"github.com/sotercare/jetbridge/internal/throttle"
 )
 
 // The max-deliveries safety net. When a message's server-side MaxDeliver
@@ -207,7 +207,7 @@ type safetyNet struct {
 	b      *Bridge
 	log    zerolog.Logger
 	notRun map[string]struct{} // consumers already logged as run by another replica
-	fetch  *logThrottle        // failed fetches
+	fetch  *throttle.Log       // failed fetches
 }
 
 // advisories processes the stored advisories until ctx ends.
@@ -217,7 +217,7 @@ func (b *Bridge) advisories(ctx context.Context) {
 		b:      b,
 		log:    b.log.With().Str("component", "max-deliveries").Logger(),
 		notRun: make(map[string]struct{}),
-		fetch:  &logThrottle{s: rate.Sometimes{Interval: fetchLogEvery}},
+		fetch:  &throttle.Log{Interval: fetchLogEvery},
 	}
 	pause := newRetryBackoff()
 	failures := 0
@@ -227,10 +227,10 @@ func (b *Bridge) advisories(ctx context.Context) {
 		if err != nil {
 			cancel()
 			failures++
-			if ok, suppressed := n.fetch.allow(); ok {
+			n.fetch.Do("", func(_, suppressed int) {
 				n.log.Warn().Int("failures", failures).Int("suppressed", suppressed).Str("error", err.Error()).
 					Msg("advisory fetch failed")
-			}
+			})
 			sleep(ctx, pause.NextBackOff())
 			continue
 		}

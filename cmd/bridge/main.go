@@ -26,6 +26,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
 	// Mozilla's root certificates, used only where the system has none (the
 	// FROM scratch container image): HTTPS destinations and NATS TLS verify
 	// there too. A system bundle, where present, always wins.

@@ -22,6 +22,7 @@ import (
 	"github.com/sotercare/jetbridge/config"
 	"github.com/sotercare/jetbridge/internal/cli"
 	"github.com/sotercare/jetbridge/internal/embedded"
+	"github.com/sotercare/jetbridge/internal/throttle"
 )
 
 // Backoff of the first connection while NATS cannot be reached.
@@ -150,7 +151,7 @@ func natsOptions(nc config.NATS, log zerolog.Logger, closing *atomic.Bool) ([]na
 		return nil, err
 	}
 	secrets := natsSecrets(nc)
-	asyncErrs := &cli.Throttle{}
+	asyncErrs := &throttle.Log{}
 	opts := []nats.Option{
 		nats.Name(nc.Name),
 		nats.MaxReconnects(-1),
@@ -306,7 +307,7 @@ func (c *natsConn) open(ctx context.Context, notReady notReadyFunc) (connected b
 	}
 	secrets := natsSecrets(cfg.NATS)
 	pause := firstConnectMin
-	unreachable := &cli.Throttle{}
+	unreachable := &throttle.Log{}
 	for attempt := 1; ; attempt++ {
 		nc, err := nats.Connect(url, c.opts...)
 		if err == nil {

@@ -9,7 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sotercare/jetbridge/config"
-	"github.com/sotercare/jetbridge/internal/cli"
+	"github.com/sotercare/jetbridge/internal/throttle"
 	"github.com/sotercare/jetbridge/tracing/export"
 )
 
@@ -17,7 +17,7 @@ import (
 // collector fails every batch), with the number of failures since the
 // last line.
 func exportErrorLog(log zerolog.Logger, every time.Duration) func(error) {
-	th := &cli.Throttle{Interval: every}
+	th := &throttle.Log{Interval: every}
 	return func(err error) {
 		th.Do("", func(_, suppressed int) { // one key: every failure is the same news
 			log.Warn().Str("error", err.Error()).Int("failures", suppressed+1).Str("next_report_in", every.String()).

@@ -32,6 +32,7 @@ import (
 	"github.com/sotercare/jetbridge/internal/cli"
 	"github.com/sotercare/jetbridge/internal/cli/logs"
 	"github.com/sotercare/jetbridge/internal/sotercare"
+	"github.com/sotercare/jetbridge/internal/throttle"
 	"github.com/sotercare/jetbridge/producer"
 	"github.com/sotercare/jetbridge/tracing"
 )
@@ -102,7 +103,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, limit
 
 func serve(ctx context.Context, listen, natsURL, root string, timeout time.Duration, limits sotercare.ServerLimits, log zerolog.Logger) error {
 	shown := config.Secret(natsURL).RedactedURL()
-	unreachable := &cli.Throttle{}
+	unreachable := &throttle.Log{}
 	nc, err := nats.Connect(natsURL,
 		nats.Name("sotercare"),
 		nats.RetryOnFailedConnect(true), // start without NATS; readings get 503 until it is there
@@ -113,7 +114,7 @@ func serve(ctx context.Context, listen, natsURL, root string, timeout time.Durat
 		nats.ReconnectBufSize(-1),
 		nats.ConnectHandler(func(*nats.Conn) { unreachable.Reset(); log.Info().Str("nats", shown).Msg("connected to NATS") }),
 		// While NATS cannot be reached (at start or after a loss), say so
-		// at once and then every cli.ThrottleInterval, with the cause.
+		// at once and then every throttle.DefaultInterval, with the cause.
 		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
 			cause := cli.ConnectCause(err, natsURL)
 			unreachable.Do(cause, func(n, _ int) {

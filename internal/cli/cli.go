@@ -20,14 +20,12 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"golang.org/x/term"
-	"golang.org/x/time/rate"
 
 	"github.com/sotercare/jetbridge/internal/buildinfo"
 )
@@ -371,52 +369,6 @@ func CheckServers(raw string) error {
 		}
 	}
 	return nil
-}
-
-// ThrottleInterval is how often a Throttle with no Interval lets the same
-// error through after its first occurrence.
-const ThrottleInterval = 30 * time.Second
-
-// Throttle logs an error that repeats on every reconnect attempt (every
-// half second or so) at its first occurrence and then at most once per
-// Interval (golang.org/x/time/rate.Sometimes), with the number of
-// occurrences so far and of those not logged since the last line; a
-// different error, or Reset, starts again. The zero value is ready and
-// uses ThrottleInterval.
-type Throttle struct {
-	Interval time.Duration
-
-	mu      sync.Mutex
-	last    string
-	n, seen int // occurrences of last; n when log last ran
-	s       *rate.Sometimes
-}
-
-// Do counts one occurrence of key and, if it is let through, calls log
-// with n, the occurrences of key so far, and suppressed, those since the
-// last call of log that were not let through.
-func (t *Throttle) Do(key string, log func(n, suppressed int)) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.s == nil || key != t.last {
-		every := t.Interval
-		if every <= 0 {
-			every = ThrottleInterval
-		}
-		t.last, t.n, t.seen, t.s = key, 0, 0, &rate.Sometimes{Interval: every}
-	}
-	t.n++
-	t.s.Do(func() {
-		log(t.n, t.n-t.seen-1)
-		t.seen = t.n
-	})
-}
-
-// Reset forgets the error and its count.
-func (t *Throttle) Reset() {
-	t.mu.Lock()
-	t.last, t.n, t.seen, t.s = "", 0, 0, nil
-	t.mu.Unlock()
 }
 
 // IsTerminal reports whether w is a terminal (an *os.File that
