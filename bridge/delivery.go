@@ -24,8 +24,8 @@ import (
 //	          duplicate of a delivery whose ack was lost)
 //	build     the payload of the HTTP request (request.go)
 //	reserve   the event id's idempotency reservation (idempotency.go)
-//	attempt   the tries through the destination (destination.go), held
-//	          while its breaker is open
+//	attempt   the tries through the destination's pipeline (attempt.go),
+//	          held while its breaker is open
 //	record    the reservation: done after a 2xx, released after a failure
 //	settle    decide (decision.go); a dead letter first when needed
 //	          (deadletter_store.go); then ack, nak with delay or term
