@@ -3,7 +3,7 @@
 // binary, starts a JetStream server and an HTTP sink in processes of their
 // own, and measures the bridge against a naive reference bridge written
 // here, the two alternating run by run (A B A B …). It prints medians and
-// paired ratios as Markdown tables, then the issue's targets met or missed.
+// paired ratios as Markdown tables, then the issues' targets met or missed.
 //
 // Two scenarios are floor references. The naive bridge's -envelope and
 // -confirm options each add one piece of the work jetbridge's contract
@@ -24,6 +24,17 @@
 // (-tags fatfloor, fat.go) that links the third-party code the bridge
 // binary must carry, whose initialisation and resident code pages are
 // part of any bridge that keeps the contract.
+//
+// The Watermill peer (issue 26) is a third system: a bridge assembled
+// from Watermill as a Go developer would, in a nested module of its own
+// (test/bench/watermill, so that jetbridge's module never depends on
+// Watermill), built with `go build` there and run against the same
+// server, stream and sink. "watermill" measures jetbridge against it,
+// "wmnaive" it against the naive bridge, "latwatermill" and "latwmnaive"
+// the same at the paced rate, both at once. Every drain also counts the
+// allocations per message of the system's own process (allocs.go). The
+// run ends with issue 26's targets (issue26.go), each row measured or
+// marked as not run, then the rest of issue 10's.
 //
 // Latency tails on a shared machine mostly measure what else ran at the
 // time, so "latpair", "latfloor" and "latoverhead" run their two systems
