@@ -93,7 +93,7 @@ func targets26(res map[string]*scenarioResult, o options) []target {
 		{allocs, "allocations per event", allocsBefore, ""},
 		{allocKB, "KB allocated per event", allocKBBefore, " KB"},
 	} {
-		measure := a.what + ", counted in the bridge process (its /metrics, over a drain)"
+		measure := a.what + " in the bridge process, its /metrics over a drain"
 		goal := fmt.Sprintf("≤ %s%s (⅓ of %s at %s)", a.m.format(a.before/3), a.unit, a.m.format(a.before), beforeCommit)
 		got, from, ok := jetbridgeColumn(res, a.m)
 		if !ok {
