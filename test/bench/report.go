@@ -276,7 +276,7 @@ func floorLimits(res map[string]*scenarioResult, m metric, floor, over, floorLab
 	if sr, ok := res[over]; ok && sr.pairs() > 0 {
 		goal := "—"
 		if !math.IsNaN(limit) && limit > 0 {
-			goal = fmt.Sprintf("%s %.2f× floor (%.1f× ÷ %.2f×)", cmp, want/limit, want, limit)
+			goal = fmt.Sprintf("%s %.2f× floor (%g× ÷ %.2f×)", cmp, want/limit, want, limit)
 		}
 		ts = append(ts, noteLine(overLabel, goal, fmt.Sprintf("%.2f×", sr.ratio(m))))
 	}
@@ -339,7 +339,7 @@ func idemLimits(res map[string]*scenarioResult, idem *scenarioResult, want float
 	pairs := idem.pairs()
 	allowed := (1/want - 1) * 1e6 / median(values(idem.b[:pairs], rate))
 	ts = append(ts, noteLine("↳ throughput: time idempotency adds to jetbridge per message (idempotency)",
-		fmt.Sprintf("≤ %.1f µs/msg (%.1f× of its rate without)", allowed, want), fmt.Sprintf("%+.1f µs/msg", addedMicros(idem))))
+		fmt.Sprintf("≤ %.1f µs/msg (%g× of its rate without)", allowed, want), fmt.Sprintf("%+.1f µs/msg", addedMicros(idem))))
 	return ts
 }
 
