@@ -44,7 +44,7 @@
 // two systems in separate runs, and "latencyfloor" and "latencyoverhead"
 // split it the same way, in separate runs too.
 //
-//	go run ./test/bench            # every scenario, 5 pairs each (~17 min on 2 cores)
+//	go run ./test/bench            # every scenario, 5 pairs each (~17 min on 2 cores, plus the Watermill scenarios)
 //	go run ./test/bench -quick     # smaller N, 3 pairs: about 5 minutes
 //	go run ./test/bench -scenarios envelope,latency -runs 7
 //
