@@ -19,7 +19,7 @@ func runBench(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.Usage = func() {
 		out := fs.Output()
-		fmt.Fprintf(out, "usage: go run ./test/bench [flags]\n\nEnd-to-end benchmark of the bridge binary against a naive reference bridge (docs/performance.md).\n\n")
+		fmt.Fprintf(out, "usage: go run ./test/bench [flags]\n\nEnd-to-end benchmark of the bridge binary against a naive reference bridge and a Watermill-assembled one (docs/performance.md).\n\n")
 		fs.PrintDefaults()
 		fmt.Fprintf(out, "\nScenarios (A vs B, in the order they run; figures of a full run):\n")
 		for _, sc := range allScenarios(defaultOptions(false)) {
@@ -33,7 +33,11 @@ func runBench(ctx context.Context, args []string) error {
 			"rssoverhead split a missed peak RSS target the same way: rssfloor is the floor\n"+
 			"built with -tags fatfloor, linking the bridge's third-party dependencies.\n"+
 			"latencyfloor and latencyoverhead split a missed p99 latency target, in separate\n"+
-			"runs like latency's; latfloor and latoverhead do it with both systems at once.\n")
+			"runs like latency's; latfloor and latoverhead do it with both systems at once.\n"+
+			"watermill and wmnaive measure jetbridge against the Watermill peer (issue 26,\n"+
+			"built from its nested module test/bench/watermill) and the peer against the\n"+
+			"naive bridge; latwatermill and latwmnaive do the same at the paced rate, both\n"+
+			"at once. The run ends with the targets of issue 26, then the rest of issue 10's.\n")
 	}
 	quick := fs.Bool("quick", false, "smaller backlogs, 3 runs, shorter windows: a few minutes")
 	list := fs.String("scenarios", "", "comma-separated scenarios to run (default: all but baseline and latbaseline): "+strings.Join(scenarioNames(), ","))
@@ -109,6 +113,11 @@ func runBench(ctx context.Context, args []string) error {
 			return err
 		}
 	}
+	if slices.ContainsFunc(selected, func(sc scenario) bool { return sc.a.watermill || sc.b.watermill }) {
+		if e.watermillBin, e.watermillMods, err = buildWatermill(ctx, tmp); err != nil {
+			return err
+		}
+	}
 	sinkProc, addrs, err := startChild(ctx, tmp, "sink", e.self, []string{"_sink"}, nil)
 	if err != nil {
 		return err
@@ -128,6 +137,9 @@ func runBench(ctx context.Context, args []string) error {
 		mode = "quick"
 	}
 	fmt.Printf("Mode %s: %d paired runs per scenario (failure scenarios: %d), 1 KiB JSON payloads; A is the first row, B the second.\n", mode, o.runs, o.failureRuns)
+	if e.watermillMods != "" {
+		fmt.Printf("Watermill peer (test/bench/watermill): %s.\n", e.watermillMods)
+	}
 	results := map[string]*scenarioResult{}
 	for _, sc := range selected {
 		sr := e.runScenario(ctx, sc)
@@ -137,7 +149,8 @@ func runBench(ctx context.Context, args []string) error {
 			return context.Cause(ctx)
 		}
 	}
-	writeTargets(os.Stdout, targets(results, o))
+	writeTargets(os.Stdout, "Targets of issue 26", targets26(results, o))
+	writeTargets(os.Stdout, "Other targets (issue 10)", otherTargets(results, o))
 	fmt.Printf("\nTotal %s; load average at the end %s.\n", formatDuration(time.Since(started)), loadavg())
 	for _, sr := range results {
 		if sr.err != nil {
@@ -228,10 +241,40 @@ func selectScenarios(all []scenario, list string) ([]scenario, error) {
 	return out, nil
 }
 
-// buildIn builds pkg (with the extra go build flags) of the module the
-// benchmark runs in, into dir/name: ./cmd/bridge, and the benchmark's own
-// -tags fatfloor build for the rssfloor scenarios.
-func buildIn(ctx context.Context, dir, name, pkg string, flags ...string) (string, error) {
+// watermillDir is the Watermill peer's nested module, relative to the
+// jetbridge module's root.
+const watermillDir = "test/bench/watermill"
+
+// buildWatermill builds the Watermill peer with `go build` in its nested
+// module into dir, and lists the Watermill modules it links ("path
+// version, …") for the report.
+func buildWatermill(ctx context.Context, dir string) (bin, mods string, err error) {
+	root, err := moduleRoot(ctx)
+	if err != nil {
+		return "", "", err
+	}
+	src := filepath.Join(root, watermillDir)
+	bin = filepath.Join(dir, "watermill")
+	fmt.Fprintf(os.Stderr, "bench: building the Watermill peer in %s\n", watermillDir)
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, ".")
+	cmd.Dir = src
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return "", "", fmt.Errorf("go build in %s: %w", watermillDir, err)
+	}
+	list := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Path}} {{.Version}}",
+		"github.com/ThreeDotsLabs/watermill", "github.com/ThreeDotsLabs/watermill-nats/v2", "github.com/ThreeDotsLabs/watermill-http/v2")
+	list.Dir = src
+	out, err := list.Output()
+	if err != nil {
+		return "", "", fmt.Errorf("go list -m in %s: %w", watermillDir, err)
+	}
+	return bin, strings.Join(strings.Split(strings.TrimSpace(string(out)), "\n"), ", "), nil
+}
+
+// moduleRoot is the directory of the jetbridge module the benchmark runs
+// in.
+func moduleRoot(ctx context.Context) (string, error) {
 	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
 	if err != nil {
 		return "", fmt.Errorf("go env GOMOD: %w", err)
@@ -240,10 +283,21 @@ func buildIn(ctx context.Context, dir, name, pkg string, flags ...string) (strin
 	if gomod == "" || gomod == os.DevNull {
 		return "", errors.New("run the benchmark inside the jetbridge module (go run ./test/bench), or pass -bridge")
 	}
+	return filepath.Dir(gomod), nil
+}
+
+// buildIn builds pkg (with the extra go build flags) of the module the
+// benchmark runs in, into dir/name: ./cmd/bridge, and the benchmark's own
+// -tags fatfloor build for the rssfloor scenarios.
+func buildIn(ctx context.Context, dir, name, pkg string, flags ...string) (string, error) {
+	root, err := moduleRoot(ctx)
+	if err != nil {
+		return "", err
+	}
 	bin := filepath.Join(dir, name)
 	fmt.Fprintf(os.Stderr, "bench: building %s %s\n", pkg, strings.Join(flags, " "))
 	cmd := exec.CommandContext(ctx, "go", append(append([]string{"build"}, flags...), "-o", bin, pkg)...)
-	cmd.Dir = filepath.Dir(gomod)
+	cmd.Dir = root
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
 		return "", fmt.Errorf("go build %s: %w", pkg, err)

@@ -3,7 +3,7 @@
 // binary, starts a JetStream server and an HTTP sink in processes of their
 // own, and measures the bridge against a naive reference bridge written
 // here, the two alternating run by run (A B A B …). It prints medians and
-// paired ratios as Markdown tables, then the issue's targets met or missed.
+// paired ratios as Markdown tables, then the issues' targets met or missed.
 //
 // Two scenarios are floor references. The naive bridge's -envelope and
 // -confirm options each add one piece of the work jetbridge's contract
@@ -25,6 +25,17 @@
 // binary must carry, whose initialisation and resident code pages are
 // part of any bridge that keeps the contract.
 //
+// The Watermill peer (issue 26) is a third system: a bridge assembled
+// from Watermill as a Go developer would, in a nested module of its own
+// (test/bench/watermill, so that jetbridge's module never depends on
+// Watermill), built with `go build` there and run against the same
+// server, stream and sink. "watermill" measures jetbridge against it,
+// "wmnaive" it against the naive bridge, "latwatermill" and "latwmnaive"
+// the same at the paced rate, both at once. Every drain also counts the
+// allocations per message of the system's own process (allocs.go). The
+// run ends with issue 26's targets (issue26.go), each row measured or
+// marked as not run, then the rest of issue 10's.
+//
 // Latency tails on a shared machine mostly measure what else ran at the
 // time, so "latpair", "latfloor" and "latoverhead" run their two systems
 // at once on one server, each with its own durable consumer (every message
@@ -33,7 +44,7 @@
 // two systems in separate runs, and "latencyfloor" and "latencyoverhead"
 // split it the same way, in separate runs too.
 //
-//	go run ./test/bench            # every scenario, 5 pairs each (~17 min on 2 cores)
+//	go run ./test/bench            # every scenario, 5 pairs each (~17 min on 2 cores, plus the Watermill scenarios)
 //	go run ./test/bench -quick     # smaller N, 3 pairs: about 5 minutes
 //	go run ./test/bench -scenarios envelope,latency -runs 7
 //

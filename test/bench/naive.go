@@ -81,6 +81,7 @@ func runNaive(ctx context.Context, args []string) error {
 	withKV := fs.Bool("kv", false, "reserve each event id in an idempotency bucket like the bridge's (kv.Create before the POST, kv.Update after a 2xx)")
 	durable := fs.String("durable", "naive", "durable consumer name (two naive bridges measured at once use two)")
 	fat := fs.Bool("fat", false, "refuse to run unless this binary was built with -tags fatfloor (it links the bridge's third-party dependencies)")
+	metricsAddr := fs.String("metrics", "", "serve the Go runtime's allocation counters on http://ADDR/metrics (allocs.go)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -89,6 +90,11 @@ func runNaive(ctx context.Context, args []string) error {
 	}
 	if *fat && !linkedFat {
 		return fmt.Errorf("_naive: -fat: this binary was not built with -tags fatfloor")
+	}
+	if *metricsAddr != "" {
+		if err := serveAllocMetrics(ctx, *metricsAddr); err != nil {
+			return err
+		}
 	}
 	nc, err := nats.Connect(*natsURL)
 	if err != nil {

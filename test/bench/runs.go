@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -26,6 +27,8 @@ type result struct {
 	conns     float64 // TCP connections the sink accepted
 	dups      float64 // requests for a message the sink had already seen
 	syscalls  float64 // read and write system calls of the system process per message
+	allocs    float64 // drain runs: heap objects the system process allocated per message (allocs.go)
+	allocKB   float64 // drain runs: KB it allocated per message
 	serverCPU float64 // CPU seconds of the JetStream server per 10,000 messages, same window
 	sinkCPU   float64 // CPU seconds of the HTTP sink per 10,000 messages, same window
 	p50, p99  float64 // publish-to-delivery latency, ms
@@ -44,9 +47,13 @@ type env struct {
 	bridgeBin   string
 	fatSelf     string // this benchmark built with -tags fatfloor; "" when no scenario needs it
 	baselineBin string // -baseline: the bridge build the baseline scenarios compare against
-	sink        *sinkClient
-	perfDir     string // -perf: record each drain's system process here
-	keep        bool   // -keep: keep each run's logs (not its store)
+	// watermillBin is the Watermill peer built from its nested module
+	// (test/bench/watermill); "" when no scenario needs it. watermillMods
+	// names the Watermill modules and versions it was built with.
+	watermillBin, watermillMods string
+	sink                        *sinkClient
+	perfDir                     string // -perf: record each drain's system process here
+	keep                        bool   // -keep: keep each run's logs (not its store)
 }
 
 // run performs one run of sys in sc, in a fresh JetStream server with its
@@ -134,8 +141,15 @@ func (e *env) drainRun(ctx context.Context, n int, sys system, pub *publisher, n
 	// (config, connection, provisioning) is not part of the drain.
 	// The server's and the sink's CPU over the same window: on a shared
 	// machine they are part of what a message costs (docs/performance.md).
+	// Allocations are counted from the same moment, in the system's own
+	// process (allocs.go), over the messages the sink had not seen when
+	// the counters were read: those in flight then count with their
+	// allocations, a little over what they cost.
 	var cpu0, server0, sink0 time.Duration
 	var sys0, start int64
+	var alloc0 allocCounters
+	counted := n
+	hc := &http.Client{Timeout: 5 * time.Second}
 	started := false
 	firstRequest := func(st sinkStats) error {
 		if started || st.Requests == 0 {
@@ -155,7 +169,14 @@ func (e *env) drainRun(ctx context.Context, n int, sys system, pub *publisher, n
 		if server0, err = cpuTime(serverPID); err != nil {
 			return err
 		}
-		sink0, err = cpuTime(e.sinkPID)
+		if sink0, err = cpuTime(e.sinkPID); err != nil {
+			return err
+		}
+		if alloc0, err = readAllocs(ctx, hc, s.metrics); err != nil {
+			return err
+		}
+		after, err := e.sink.statsOf(ctx, s.lane, false)
+		counted = n - after.Unique
 		return err
 	}
 	st, err := e.waitUnique(ctx, s, n, time.Minute+time.Duration(n)*2*time.Millisecond, firstRequest)
@@ -163,6 +184,10 @@ func (e *env) drainRun(ctx context.Context, n int, sys system, pub *publisher, n
 		return result{}, err
 	}
 	cpu1, rss, err := usage(s.pid())
+	if err != nil {
+		return result{}, err
+	}
+	alloc1, err := readAllocs(ctx, hc, s.metrics)
 	if err != nil {
 		return result{}, err
 	}
@@ -187,6 +212,11 @@ func (e *env) drainRun(ctx context.Context, n int, sys system, pub *publisher, n
 		return result{}, err
 	}
 	secs := time.Duration(st.LastNewNS - st.FirstNS).Seconds()
+	allocs, allocKB := math.NaN(), math.NaN()
+	if counted > 0 {
+		allocs = (alloc1.objects - alloc0.objects) / float64(counted)
+		allocKB = (alloc1.bytes - alloc0.bytes) / 1024 / float64(counted)
+	}
 	return result{
 		rate:      float64(n) / max(secs, 1e-9),
 		cpuPer10k: (cpu1 - cpu0).Seconds() * 10_000 / float64(n),
@@ -196,6 +226,8 @@ func (e *env) drainRun(ctx context.Context, n int, sys system, pub *publisher, n
 		conns:     float64(st.Conns),
 		dups:      float64(st.Dups),
 		syscalls:  float64(sys1-sys0) / float64(n),
+		allocs:    allocs,
+		allocKB:   allocKB,
 		serverCPU: (server1 - server0).Seconds() * 10_000 / float64(n),
 		sinkCPU:   (sink1 - sink0).Seconds() * 10_000 / float64(n),
 	}, nil

@@ -73,7 +73,8 @@ const (
 	status500BackoffYAML = "[1s]"
 )
 
-// allScenarios are the scenarios of issue 10, in the order they run.
+// allScenarios are the scenarios of issues 10 and 26, in the order they
+// run.
 func allScenarios(o options) []scenario {
 	jb := func(inFlight int) system { return system{inFlight: inFlight} }
 	naive := func(k int) system { return system{naive: true, inFlight: k} }
@@ -100,6 +101,9 @@ func allScenarios(o options) []scenario {
 	limited.concurrency = 64
 	floor32 := naive(32)
 	floor32.envelope, floor32.confirm = true, true
+	// wm is the Watermill peer, in the one configuration issue 26 states
+	// (64 queue subscriptions): its concurrency is part of it.
+	wm := system{watermill: true, inFlight: watermillSubscribers}
 	base64, base32 := jb(64), jb(32)
 	base64.baseline, base32.baseline = true, true
 	return []scenario{
@@ -107,6 +111,8 @@ func allScenarios(o options) []scenario {
 		{name: "raw", title: "format raw", kind: drain, a: raw, b: naive(64), n: o.n, runs: o.runs},
 		{name: "floor", title: "the contract's required work alone on the naive bridge (envelope with json.Valid, confirmed ack)", kind: drain, a: floor, b: naive(64), n: o.n, runs: o.runs},
 		{name: "overhead", title: "jetbridge beyond the floor (envelope defaults vs the naive bridge doing only the required work)", kind: drain, a: jb(64), b: floor, n: o.n, runs: o.runs},
+		{name: "watermill", title: "jetbridge vs a Watermill-assembled bridge (issue 26: Router, watermill-nats push consumer with 64 queue subscriptions, watermill-http publisher, Retry and Recoverer)", kind: drain, a: jb(64), b: wm, n: o.n, runs: o.runs},
+		{name: "wmnaive", title: "the Watermill-assembled bridge vs the minimal loop", kind: drain, a: wm, b: naive(64), n: o.n, runs: o.runs},
 		{name: "rssfloor", title: "the floor linked with the bridge's third-party dependencies (embedded JetStream server, OpenTelemetry with OTLP HTTP and gRPC, Prometheus, YAML, CLI) vs naive", kind: drain, a: fatFloor, b: naive(64), n: o.n, runs: o.runs},
 		{name: "rssoverhead", title: "jetbridge beyond that floor", kind: drain, a: jb(64), b: fatFloor, n: o.n, runs: o.runs},
 		{name: "mif256", title: "envelope, max_in_flight 256", kind: drain, a: jb(256), b: naive(256), n: o.n, runs: o.runs},
@@ -119,6 +125,8 @@ func allScenarios(o options) []scenario {
 		{name: "latpair", title: fmt.Sprintf("the latency scenario with both systems at once (each consumes every message, %d msgs/s each)", o.rate), kind: latency, a: jb(32), b: naive(32), runs: o.runs, together: true},
 		{name: "latfloor", title: fmt.Sprintf("latency at %d msgs/s, both at once: the contract's required work alone on the naive bridge (envelope with json.Valid, confirmed ack)", o.rate), kind: latency, a: floor32, b: naive(32), runs: o.runs, together: true},
 		{name: "latoverhead", title: fmt.Sprintf("latency at %d msgs/s, both at once: jetbridge beyond that floor", o.rate), kind: latency, a: jb(32), b: floor32, runs: o.runs, together: true},
+		{name: "latwatermill", title: fmt.Sprintf("latency at %d msgs/s, both at once: jetbridge (max_in_flight 32) vs the Watermill-assembled bridge (its 64 subscriptions)", o.rate), kind: latency, a: jb(32), b: wm, runs: o.runs, together: true},
+		{name: "latwmnaive", title: fmt.Sprintf("latency at %d msgs/s, both at once: the Watermill-assembled bridge (its 64 subscriptions) vs naive K=32", o.rate), kind: latency, a: wm, b: naive(32), runs: o.runs, together: true},
 		{name: "conns256", title: fmt.Sprintf("sink TCP connections, %d messages, max_in_flight 256", o.connsN), kind: drain, a: jb(256), b: naive(256), n: o.connsN, runs: o.runs},
 		{name: "conns1024", title: fmt.Sprintf("sink TCP connections, %d messages, max_in_flight 1024", o.connsN), kind: drain, a: jb(1024), b: naive(1024), n: o.connsN, runs: o.runs},
 		{name: "rss", title: fmt.Sprintf("peak RSS flatness, %d vs %d backlog", o.rssSmall, o.rssBig), kind: drain, a: small, b: big, runs: o.runs},

@@ -15,9 +15,10 @@ import (
 )
 
 // system is one system under test: the real bridge binary with one route,
-// or the naive reference bridge.
+// the naive reference bridge, or the Watermill peer.
 type system struct {
 	naive       bool
+	watermill   bool   // the Watermill peer (test/bench/watermill); no other field applies
 	envelope    bool   // naive bridge: -envelope (the bridge's JSON envelope)
 	confirm     bool   // naive bridge: -confirm (DoubleAck)
 	kv          bool   // naive bridge: -kv (the idempotency's two KV writes)
@@ -34,6 +35,9 @@ type system struct {
 }
 
 func (s system) label() string {
+	if s.watermill {
+		return fmt.Sprintf("Watermill bridge, %d queue subscriptions", watermillSubscribers)
+	}
 	if s.naive {
 		name := "naive"
 		if s.envelope {
@@ -112,11 +116,16 @@ func bridgeConfig(sys system, natsURL, adminAddr, destURL, route string) string 
 	return b.String()
 }
 
+// watermillSubscribers is the Watermill peer's concurrency, fixed in
+// its configuration (test/bench/watermill/main.go).
+const watermillSubscribers = 64
+
 // sut is a running system under test.
 type sut struct {
 	*child
-	admin string // jetbridge's admin address; "" for the naive bridge
-	lane  int    // the sink lane it delivers to (sink.go)
+	admin   string // jetbridge's admin address; "" for the others
+	metrics string // the URL of its allocation counters (allocs.go)
+	lane    int    // the sink lane it delivers to (sink.go)
 }
 
 // startSystem starts sys against the server at natsURL. The bridge is
@@ -132,9 +141,23 @@ func (e *env) startSystem(ctx context.Context, sys system, natsURL, dir string) 
 // every message each.
 func (e *env) startSystemOn(ctx context.Context, sys system, natsURL, dir string, lane int) (*sut, error) {
 	dest := e.sink.destOf(lane)
+	metricsAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	metricsURL := "http://" + metricsAddr + "/metrics"
+	if sys.watermill {
+		args := []string{"-nats", natsURL, "-url", dest, "-subject", "events.>",
+			"-durable", fmt.Sprintf("watermill%d", lane), "-metrics", metricsAddr}
+		c, _, err := startChild(ctx, dir, "watermill", e.watermillBin, args, nil)
+		if err != nil {
+			return nil, err
+		}
+		return &sut{child: c, metrics: metricsURL, lane: lane}, nil
+	}
 	if sys.naive {
 		args := []string{"_naive", "-nats", natsURL, "-url", dest, "-k", strconv.Itoa(sys.inFlight), "-stream", streamName,
-			"-durable", fmt.Sprintf("naive%d", lane)}
+			"-durable", fmt.Sprintf("naive%d", lane), "-metrics", metricsAddr}
 		if sys.envelope {
 			args = append(args, "-envelope")
 		}
@@ -153,7 +176,7 @@ func (e *env) startSystemOn(ctx context.Context, sys system, natsURL, dir string
 		if err != nil {
 			return nil, err
 		}
-		return &sut{child: c, lane: lane}, nil
+		return &sut{child: c, metrics: metricsURL, lane: lane}, nil
 	}
 	admin, err := freeAddr()
 	if err != nil {
@@ -171,7 +194,8 @@ func (e *env) startSystemOn(ctx context.Context, sys system, natsURL, dir string
 	if err != nil {
 		return nil, err
 	}
-	return &sut{child: c, admin: admin, lane: lane}, nil
+	// The bridge's admin /metrics: its Go collector exports the counters.
+	return &sut{child: c, admin: admin, metrics: "http://" + admin + "/metrics", lane: lane}, nil
 }
 
 // startBridge starts the bridge binary ("bridge run"). It prints no ready
