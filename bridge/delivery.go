@@ -379,8 +379,14 @@ func (d *delivery) settle() {
 		if failure != nil { // a duplicate: the only other failure decide acks
 			out.Outcome = OutcomeDuplicateSkipped
 		}
-		// Each of ackMsg's tries has its own timeout.
-		err = ackMsg(context.Background(), m, r.b.js.Conn().IsConnected())
+		// Connected, the ack is confirmed off the worker and reported then
+		// (acks.go). Disconnected, ackMsg only buffers it for the
+		// reconnect; each of its tries has its own timeout.
+		connected := r.b.js.Conn().IsConnected()
+		if connected && r.acks.send(m, ev, out) {
+			return
+		}
+		err = ackMsg(context.Background(), m, connected)
 		msgLog(r.log.Debug(), ev).Int("tries", tries).Str("outcome", string(out.Outcome)).Msg("settled")
 	case actDeadLetter:
 		out.Outcome, out.Reason = OutcomeDeadLettered, dec.reason
