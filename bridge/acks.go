@@ -1,6 +1,9 @@
 package bridge
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,14 +39,27 @@ import (
 // after the last send, within ackTries × ackTimeout as on the worker
 // before) before Run returns.
 
-// ackConfig is how a route's completer treats an unconfirmed ack.
+// With idempotency, the reservation's done record must be stored before
+// the ack goes out (so that a lost ack is recognised on redelivery). The
+// worker no longer waits for it either: it hands the record to the
+// completer with the ack, the completer publishes the record (a KV Update:
+// the bucket's subject of the key, accepted only while the key's last
+// revision is the lease's) with a reply subject of its own, and sends the
+// ack once JetStream has answered. A refused or unanswered record is what a
+// failed done was on the worker: counted, the "delivered, but not recorded
+// as done" warning, and the ack sent all the same; "no responders" is tried
+// again like an ack, at most ackTries sends.
+
+// ackConfig is how a route's completer treats an unconfirmed ack or done
+// record.
 type ackConfig struct {
-	timeout time.Duration // wait for a confirmation before sending again
-	tries   int           // sends at most
-	pause   time.Duration // the sweep's period: the least pause between two sends
+	timeout    time.Duration // wait for an ack's confirmation before sending it again
+	tries      int           // sends at most (of an ack; of a record refused for no responders)
+	pause      time.Duration // the sweep's period: the least pause between two sends
+	recordWait time.Duration // wait for a done record's answer before acking without it
 }
 
-var defaultAcks = ackConfig{timeout: ackTimeout, tries: ackTries, pause: ackRetryPause}
+var defaultAcks = ackConfig{timeout: ackTimeout, tries: ackTries, pause: ackRetryPause, recordWait: settleTimeout}
 
 // pendingAck is an ack awaiting its confirmation, in one place of the
 // completer's table.
@@ -56,6 +72,10 @@ type pendingAck struct {
 	tries int       // sends so far
 	due   time.Time // when to send again, or give up
 	err   error     // why the last send is not confirmed
+	// recording: the done record rec is sent and its answer awaited; the
+	// ack is not sent yet.
+	recording bool
+	rec       doneRecord
 }
 
 // ackCompleter is a route's confirmations: the subscription, the table of
@@ -103,6 +123,9 @@ func (c *ackCompleter) start(nc *nats.Conn) {
 	go c.run()
 }
 
+// running reports whether the completer takes acks (send).
+func (c *ackCompleter) running() bool { return c.sub != nil }
+
 // stop waits until every pending ack is confirmed or given up, then
 // unsubscribes. It is called once no worker sends any more.
 func (c *ackCompleter) stop() {
@@ -114,9 +137,10 @@ func (c *ackCompleter) stop() {
 	_ = c.sub.Unsubscribe()
 }
 
-// send acks m without waiting for the confirmation, and reports false
-// when the completer is not running (the caller then acks itself).
-func (c *ackCompleter) send(m jetstream.Msg, ev *event, out Settled) bool {
+// send acks m without waiting for the confirmation, after storing rec
+// when it is set (a reservation's done record), and reports false when the
+// completer is not running (the caller then acks itself).
+func (c *ackCompleter) send(m jetstream.Msg, ev *event, out Settled, rec *doneRecord) bool {
 	if c.sub == nil {
 		return false
 	}
@@ -125,7 +149,12 @@ func (c *ackCompleter) send(m jetstream.Msg, ev *event, out Settled) bool {
 	p := &c.table[i]
 	p.gen++
 	p.live, p.m, p.ev, p.out, p.tries, p.err = true, m, ev, out, 1, nil
-	p.due = time.Now().Add(c.cfg.timeout)
+	p.recording = rec != nil
+	wait := c.cfg.timeout
+	if p.recording {
+		p.rec, wait = *rec, c.cfg.recordWait
+	}
+	p.due = time.Now().Add(wait)
 	gen := p.gen
 	c.pending++
 	first := c.pending == 1
@@ -136,27 +165,52 @@ func (c *ackCompleter) send(m jetstream.Msg, ev *event, out Settled) bool {
 		default:
 		}
 	}
-	c.publish(i, gen, m)
+	if rec != nil {
+		c.publishRecord(i, gen, rec)
+	} else {
+		c.publish(i, gen, m)
+	}
 	return true
+}
+
+// replyOf is the reply subject of place i's send of generation gen.
+func (c *ackCompleter) replyOf(i int, gen uint64) string {
+	return c.prefix + strconv.Itoa(i) + "." + strconv.FormatUint(gen, 10)
 }
 
 // publish sends the ack of place i (generation gen) to m's reply subject.
 // A send that fails is tried again at the next sweep.
 func (c *ackCompleter) publish(i int, gen uint64, m jetstream.Msg) {
-	reply := c.prefix + strconv.Itoa(i) + "." + strconv.FormatUint(gen, 10)
-	if err := c.nc.PublishRequest(m.Reply(), reply, ackBody); err != nil {
-		c.mu.Lock()
-		if p := &c.table[i]; p.live && p.gen == gen {
-			p.err, p.due = err, time.Now().Add(c.cfg.pause)
-		}
-		c.mu.Unlock()
+	if err := c.nc.PublishRequest(m.Reply(), c.replyOf(i, gen), ackBody); err != nil {
+		c.failed(i, gen, err)
 	}
+}
+
+// publishRecord sends place i's done record, as a KV Update does.
+func (c *ackCompleter) publishRecord(i int, gen uint64, rec *doneRecord) {
+	msg := &nats.Msg{Subject: rec.subject, Reply: c.replyOf(i, gen), Data: rec.value, Header: nats.Header{}}
+	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rec.rev, 10))
+	if err := c.nc.PublishMsg(msg); err != nil {
+		c.failed(i, gen, err)
+	}
+}
+
+// failed notes a send that did not go out: it is tried again (or given
+// up) at the next sweep.
+func (c *ackCompleter) failed(i int, gen uint64, err error) {
+	c.mu.Lock()
+	if p := &c.table[i]; p.live && p.gen == gen {
+		p.err, p.due = err, time.Now().Add(c.cfg.pause)
+	}
+	c.mu.Unlock()
 }
 
 var ackBody = []byte("+ACK")
 
-// confirmed is JetStream's answer to an ack: a confirmation, or a "no
-// responders" status (the ack was sent again at the next sweep).
+// confirmed is JetStream's answer to an ack or a done record: a
+// confirmation, or a "no responders" status (sent again at the next
+// sweep); for a record, its publish acknowledgement, which may be a
+// refusal (the reservation was changed meanwhile).
 func (c *ackCompleter) confirmed(msg *nats.Msg) {
 	tok := strings.TrimPrefix(msg.Subject, c.prefix)
 	dot := strings.IndexByte(tok, '.')
@@ -180,7 +234,45 @@ func (c *ackCompleter) confirmed(msg *nats.Msg) {
 		c.mu.Unlock()
 		return
 	}
+	if p.recording {
+		c.recorded(i, pubAckError(msg.Data)) // unlocks
+		return
+	}
 	c.finish(i, nil) // unlocks
+}
+
+// pubAckError is the error of a publish acknowledgement, nil for a stored
+// message.
+func pubAckError(data []byte) error {
+	if !bytes.Contains(data, []byte(`"error"`)) {
+		return nil
+	}
+	var ack struct {
+		Error *struct {
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(data, &ack); err != nil || ack.Error == nil {
+		return errors.New("bridge: unreadable answer to a done record")
+	}
+	return errors.New("nats: API error: " + ack.Error.Description)
+}
+
+// recorded ends place i's done record with err (nil: stored) and sends its
+// ack. Called with c.mu held; it unlocks it.
+func (c *ackCompleter) recorded(i int, err error) {
+	p := &c.table[i]
+	p.recording, p.rec = false, doneRecord{}
+	p.gen++ // a late answer to the record is not the ack's
+	p.tries, p.err, p.due = 1, nil, time.Now().Add(c.cfg.timeout)
+	gen, m, ev := p.gen, p.m, p.ev
+	c.mu.Unlock()
+	if err != nil {
+		r := c.r
+		r.b.m.idempotencyErrors.WithLabelValues(r.cfg.Name).Inc()
+		msgLog(r.log.Warn(), ev).Str("error", err.Error()).Msg("delivered, but not recorded as done: a redelivery would be sent again")
+	}
+	c.publish(i, gen, m)
 }
 
 // finish reports place i's settlement with err (nil: confirmed) and frees
@@ -188,7 +280,7 @@ func (c *ackCompleter) confirmed(msg *nats.Msg) {
 func (c *ackCompleter) finish(i int, err error) {
 	p := &c.table[i]
 	ev, out := p.ev, p.out
-	p.live, p.m, p.ev, p.out, p.err = false, nil, nil, Settled{}, nil
+	p.live, p.m, p.ev, p.out, p.err, p.recording, p.rec = false, nil, nil, Settled{}, nil, false, doneRecord{}
 	c.pending--
 	c.mu.Unlock()
 	c.r.reportAck(ev, out, err)
@@ -230,13 +322,30 @@ func (c *ackCompleter) run() {
 }
 
 // sweep sends again each pending ack that is due, and gives up on those
-// sent cfg.tries times.
+// sent cfg.tries times; a done record that is due is sent again after "no
+// responders", or else given up (its ack is sent all the same).
 func (c *ackCompleter) sweep(now time.Time) {
 	for i := range c.table {
 		c.mu.Lock()
 		p := &c.table[i]
 		if !p.live || now.Before(p.due) {
 			c.mu.Unlock()
+			continue
+		}
+		if p.recording {
+			if !errors.Is(p.err, nats.ErrNoResponders) || p.tries >= c.cfg.tries {
+				err := p.err
+				if err == nil {
+					err = nats.ErrTimeout
+				}
+				c.recorded(i, err) // unlocks
+				continue
+			}
+			p.tries++
+			p.err, p.due = nil, now.Add(c.cfg.recordWait)
+			gen, rec := p.gen, p.rec
+			c.mu.Unlock()
+			c.publishRecord(i, gen, &rec)
 			continue
 		}
 		if p.tries >= c.cfg.tries {

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sotercare/jetbridge/internal/natstest"
@@ -120,4 +122,96 @@ func TestUnconfirmedAckIsSentAgain(t *testing.T) {
 			expectBroken(t, "each ack sent once", func(t testing.TB) error { return check(t, answered, true) })
 		})
 	}
+}
+
+// slowBucket is the idempotency bucket seen through a proxy: its name
+// leads the records the bridge publishes to the test's subscriber, which
+// stores each in the real bucket, and answers the bridge, only after
+// delay. A record's answer never comes before it is stored.
+type slowBucket struct {
+	jetstream.KeyValue
+	name string
+}
+
+func (kv slowBucket) Bucket() string { return kv.name }
+
+// proxyRecords stores what is published to the proxy bucket's subjects in
+// the real bucket after delay, and answers the bridge with the real
+// answer.
+func proxyRecords(t testing.TB, nc *nats.Conn, proxy, real string, delay time.Duration) {
+	t.Helper()
+	sub, err := nc.Subscribe("$KV."+proxy+".>", func(m *nats.Msg) {
+		time.AfterFunc(delay, func() {
+			fwd := &nats.Msg{Subject: "$KV." + real + strings.TrimPrefix(m.Subject, "$KV."+proxy), Header: m.Header, Data: m.Data}
+			resp, err := nc.RequestMsg(fwd, 5*time.Second)
+			if err != nil {
+				return // the bridge sees no answer
+			}
+			_ = m.Respond(resp.Data)
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// With idempotency, the ack of a 2xx goes out only once the reservation's
+// done record is stored, though the worker waits for neither: when the
+// bridge reads where to send the ack, the record already reads as done.
+// The record's answer is held back (proxyRecords) longer than the
+// completer's sweep: a completer that acks without waiting for it (the
+// negative control: recordWait 0) sends the ack while the reservation is
+// still in flight.
+func TestDoneRecordIsStoredBeforeTheAck(t *testing.T) {
+	check := func(t testing.TB, noWait bool) error {
+		sink := sinktest.New(t, sinktest.Always(200))
+		cfg := testConfig(t, "idempotency: {bucket: DELIVERED}\n"+strings.Replace(ackRoute, "ack_wait: 1m}", "ack_wait: 1m, idempotency: true}", 1), sink.URL())
+		srv := natstest.Start(t)
+		nc, js := natstest.Connect(t, srv.URL())
+		proxyRecords(t, nc, "SLOW", "DELIVERED", time.Second)
+		var states []string
+		var mu sync.Mutex
+		f := faults{beforeAck: func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			state := "unreadable"
+			if kv, err := js.KeyValue(ctx, "DELIVERED"); err == nil {
+				if e, err := kv.Get(ctx, reservationKey("r", "e1")); err == nil {
+					if h, err := parseHolder(e.Value()); err == nil {
+						state = h.state
+					}
+				}
+			}
+			mu.Lock()
+			states = append(states, state)
+			mu.Unlock()
+		}}
+		h := startHarness(t, srv, cfg, faults{}, func(b *Bridge) {
+			b.js = faultyJS{JetStream: b.js, msg: func(m jetstream.Msg) jetstream.Msg { return faultyMsg{Msg: m, f: msgFaults{beforeAck: f.beforeAck}} },
+				kv: func(kv jetstream.KeyValue) jetstream.KeyValue { return slowBucket{KeyValue: kv, name: "SLOW"} }}
+			if noWait {
+				for _, r := range b.routes {
+					r.acks.cfg.recordWait = 0
+				}
+			}
+		})
+		h.publish("events.info.x", "e1", []byte(`{}`), nil)
+		if out := h.waitOutcomes(1, settleWait, nil); len(out) != 1 || out[0].Outcome != OutcomeDelivered {
+			return fmt.Errorf("outcomes %+v, want one delivered", h.outcomes())
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(states) == 0 || states[0] != stateDone {
+			return fmt.Errorf("reservation states when the ack was sent: %v, want %s first", states, stateDone)
+		}
+		return nil
+	}
+	if err := check(t, false); err != nil {
+		t.Fatal(err)
+	}
+	expectBroken(t, "ack sent without waiting for the done record", func(t testing.TB) error { return check(t, true) })
 }
