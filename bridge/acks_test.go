@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sotercare/jetbridge/internal/natstest"
 	"github.com/sotercare/jetbridge/internal/sinktest"
@@ -138,11 +139,14 @@ func (kv slowBucket) Bucket() string { return kv.name }
 // proxyRecords stores what is published to the proxy bucket's subjects in
 // the real bucket after delay, and answers the bridge with the real
 // answer.
-func proxyRecords(t testing.TB, nc *nats.Conn, proxy, real string, delay time.Duration) {
+func proxyRecords(t testing.TB, nc *nats.Conn, proxy, real string, delay time.Duration, edit func(*nats.Msg)) {
 	t.Helper()
 	sub, err := nc.Subscribe("$KV."+proxy+".>", func(m *nats.Msg) {
 		time.AfterFunc(delay, func() {
 			fwd := &nats.Msg{Subject: "$KV." + real + strings.TrimPrefix(m.Subject, "$KV."+proxy), Header: m.Header, Data: m.Data}
+			if edit != nil {
+				edit(fwd)
+			}
 			resp, err := nc.RequestMsg(fwd, 5*time.Second)
 			if err != nil {
 				return // the bridge sees no answer
@@ -172,7 +176,7 @@ func TestDoneRecordIsStoredBeforeTheAck(t *testing.T) {
 		cfg := testConfig(t, "idempotency: {bucket: DELIVERED}\n"+strings.Replace(ackRoute, "ack_wait: 1m}", "ack_wait: 1m, idempotency: true}", 1), sink.URL())
 		srv := natstest.Start(t)
 		nc, js := natstest.Connect(t, srv.URL())
-		proxyRecords(t, nc, "SLOW", "DELIVERED", time.Second)
+		proxyRecords(t, nc, "SLOW", "DELIVERED", time.Second, nil)
 		var states []string
 		var mu sync.Mutex
 		f := faults{beforeAck: func() {
@@ -214,4 +218,31 @@ func TestDoneRecordIsStoredBeforeTheAck(t *testing.T) {
 		t.Fatal(err)
 	}
 	expectBroken(t, "ack sent without waiting for the done record", func(t testing.TB) error { return check(t, true) })
+}
+
+// A done record that JetStream refuses (the reservation changed since the
+// lease's revision) is what a failed done was on the worker: counted, the
+// "not recorded as done" warning, and the message acked all the same.
+func TestRefusedDoneRecordIsAckedAllTheSame(t *testing.T) {
+	sink := sinktest.New(t, sinktest.Always(200))
+	cfg := testConfig(t, "idempotency: {bucket: DELIVERED}\n"+strings.Replace(ackRoute, "ack_wait: 1m}", "ack_wait: 1m, idempotency: true}", 1), sink.URL())
+	srv := natstest.Start(t)
+	nc, _ := natstest.Connect(t, srv.URL())
+	proxyRecords(t, nc, "SLOW", "DELIVERED", 0, func(m *nats.Msg) {
+		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "999999") // not the key's last revision
+	})
+	h := startHarness(t, srv, cfg, faults{}, func(b *Bridge) {
+		b.js = faultyJS{JetStream: b.js, kv: func(kv jetstream.KeyValue) jetstream.KeyValue { return slowBucket{KeyValue: kv, name: "SLOW"} }}
+	})
+	h.publish("events.info.x", "e1", []byte(`{}`), nil)
+	if out := h.waitOutcomes(1, settleWait, nil); len(out) != 1 || out[0].Outcome != OutcomeDelivered {
+		t.Fatalf("outcomes %+v, want one delivered", h.outcomes())
+	}
+	h.quiet("r") // acked
+	if v := testutil.ToFloat64(h.b.m.idempotencyErrors.WithLabelValues("r")); v != 1 {
+		t.Fatalf("bridge_idempotency_errors_total %v, want 1", v)
+	}
+	if !strings.Contains(h.logs.String(), "delivered, but not recorded as done") {
+		t.Fatal("no warning for the refused done record")
+	}
 }
