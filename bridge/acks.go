@@ -175,7 +175,11 @@ func (c *ackCompleter) send(m jetstream.Msg, ev *event, out Settled, rec *doneRe
 
 // replyOf is the reply subject of place i's send of generation gen.
 func (c *ackCompleter) replyOf(i int, gen uint64) string {
-	return c.prefix + strconv.Itoa(i) + "." + strconv.FormatUint(gen, 10)
+	var buf [80]byte
+	b := append(buf[:0], c.prefix...)
+	b = strconv.AppendInt(b, int64(i), 10)
+	b = append(b, '.')
+	return string(strconv.AppendUint(b, gen, 10))
 }
 
 // publish sends the ack of place i (generation gen) to m's reply subject.
