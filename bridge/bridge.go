@@ -150,6 +150,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	var loops, keepers sync.WaitGroup
 	workersDone := make(chan struct{})
 	for _, r := range b.routes {
+		r.acks.start(b.js.Conn())
 		r.workers.start(ctx, work)
 		r.puller.start(ctx)
 		loops.Go(func() { r.watchdog(ctx) })
@@ -171,6 +172,10 @@ func (b *Bridge) Run(ctx context.Context) error {
 	go func() {
 		for _, r := range b.routes {
 			r.workers.stop()
+		}
+		// Every ack sent is confirmed or given up (acks.go).
+		for _, r := range b.routes {
+			r.acks.stop()
 		}
 		close(workersDone)
 		keepers.Wait()

@@ -193,7 +193,7 @@ func (b faultyBatch) Messages() <-chan jetstream.Msg { return b.msgs }
 
 // msgFaults break a message's settlement or progress acks.
 type msgFaults struct {
-	beforeAck    func()              // runs before the ack (a hook: tests lose the ack there)
+	beforeAck    func()              // runs before the ack (a hook: tests lose the ack there), when the bridge reads where to send it
 	noProgress   bool                // InProgress sends nothing
 	lateProgress jetstream.JetStream // non-nil: a progress ack goes out just after the settlement
 }
@@ -214,11 +214,17 @@ func (m faultyMsg) ack() {
 // settled, the settlement goes out, then the progress ack).
 func (m faultyMsg) settled(err error) error {
 	if js := m.f.lateProgress; js != nil {
-		reply := m.Reply()
+		reply := m.Msg.Reply()
 		time.AfterFunc(5*time.Millisecond, func() { _ = js.Conn().Publish(reply, []byte("+WPI")) })
 	}
 	return err
 }
+
+// Reply is where the bridge sends the ack of a 2xx (acks.go): asked for
+// it, the message runs the hook before the ack goes out. nats.go's own
+// settlements (Ack, DoubleAck, below) read the reply subject inside the
+// library, not through this method.
+func (m faultyMsg) Reply() string { m.ack(); return m.Msg.Reply() }
 
 func (m faultyMsg) Ack() error { m.ack(); return m.settled(m.Msg.Ack()) }
 func (m faultyMsg) DoubleAck(ctx context.Context) error {

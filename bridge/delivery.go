@@ -57,6 +57,10 @@ type delivery struct {
 	progress *progressSlot         // nil when no progress acks run
 	tries    int                   // HTTP requests sent
 	failure  error                 // what decides the settlement; nil for a 2xx
+	// rec is the reservation's done record when record left it to the
+	// route's completer (deferred), which stores it before the ack.
+	rec      doneRecord
+	deferred bool
 }
 
 // handle takes one message from receipt to settlement, on worker w, whose
@@ -91,6 +95,7 @@ func (d *delivery) start(r *route, m jetstream.Msg) {
 	d.r, d.m, d.ev, d.invalid, d.p = r, m, nil, nil, nil
 	d.lease.Store(nil)
 	d.progress, d.tries, d.failure = nil, 0, nil
+	d.rec, d.deferred = doneRecord{}, false
 }
 
 // handBack settles a message the route hands back without working on it
@@ -318,7 +323,9 @@ func (d *delivery) attempt(stop, work context.Context) error {
 // record closes the reservation after the attempt: done after a 2xx (before
 // the ack, so a lost ack is recognised on redelivery), released after any
 // failure (so a failed delivery never consumes the event id). It returns
-// failure.
+// failure. The done record is left to the route's completer, which stores
+// it and then acks, unless the completer is not running or the connection
+// is down: then it is stored here.
 func (d *delivery) record(failure error) error {
 	l := d.lease.Load()
 	if l == nil {
@@ -333,6 +340,12 @@ func (d *delivery) record(failure error) error {
 			msgLog(r.log.Warn(), d.ev).Str("error", err.Error()).Msg("idempotency reservation not released; it expires after ack_wait")
 		}
 		return failure
+	}
+	if r.acks.running() && r.b.js.Conn().IsConnected() {
+		// Stored by the route's completer, which sends the ack once
+		// JetStream has answered (acks.go).
+		d.rec, d.deferred = r.b.idem.doneRecord(l), true
+		return nil
 	}
 	if err := r.b.idem.done(ctx, l); err != nil {
 		r.b.m.idempotencyErrors.WithLabelValues(r.cfg.Name).Inc()
@@ -379,8 +392,18 @@ func (d *delivery) settle() {
 		if failure != nil { // a duplicate: the only other failure decide acks
 			out.Outcome = OutcomeDuplicateSkipped
 		}
-		// Each of ackMsg's tries has its own timeout.
-		err = ackMsg(context.Background(), m, r.b.js.Conn().IsConnected())
+		// Connected, the ack is confirmed off the worker and reported then
+		// (acks.go). Disconnected, ackMsg only buffers it for the
+		// reconnect; each of its tries has its own timeout.
+		connected := r.b.js.Conn().IsConnected()
+		var rec *doneRecord
+		if d.deferred {
+			rec = &d.rec // the completer stores it before the ack
+		}
+		if (connected || rec != nil) && r.acks.send(m, ev, out, rec) {
+			return
+		}
+		err = ackMsg(context.Background(), m, connected)
 		msgLog(r.log.Debug(), ev).Int("tries", tries).Str("outcome", string(out.Outcome)).Msg("settled")
 	case actDeadLetter:
 		out.Outcome, out.Reason = OutcomeDeadLettered, dec.reason

@@ -21,7 +21,9 @@
 //     table, unusual cases included (a message handed back as its route
 //     stops, a message without JetStream metadata, a dead letter that
 //     could not be stored). Each settlement is counted and reported
-//     (bridge_messages_total, Options.OnSettle) exactly once.
+//     (bridge_messages_total, Options.OnSettle) exactly once; an ack is
+//     reported once JetStream confirmed it, or gave no confirmation to its
+//     last send (acks.go).
 //   - A redelivery is always scheduled by the broker (NakWithDelay, never a
 //     bare nak); only deliveries made while the breaker lets requests
 //     through count toward max_deliver.
@@ -33,8 +35,11 @@
 //
 // Bridge.Run owns every goroutine the package starts and returns only once
 // all of them have ended: per route, a pull loop (pullLoop, started and
-// stopped by Run), a watchdog, a progress loop and a fixed pool of
-// max_in_flight workers (workerPool); per bridge, the readiness watch and
+// stopped by Run), a watchdog, a progress loop, a fixed pool of
+// max_in_flight workers (workerPool) and the completer of its acks
+// (ackCompleter, one inbox subscription and one sweep: acks.go, stopped
+// after the workers once every pending ack is confirmed or given up); per
+// bridge, the readiness watch and
 // the max-deliveries safety net. Outage reminders run on timers that their
 // owners stop. No goroutine is started per message.
 //
@@ -65,6 +70,10 @@
 //	                 or hold while the breaker is open
 //	deadletter_store.go  settle: the dead letter, stored before the
 //	                 message is terminated
+//	acks.go          settle: the ack of a 2xx (and with idempotency the
+//	                 done record before it) sent without holding the
+//	                 worker; confirmed, retried and reported by the route's
+//	                 completer
 //
 // errors.go holds the failures the stages return (all matchable with
 // errors.Is and errors.As), and trace.go the spans of a delivery and its

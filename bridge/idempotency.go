@@ -37,6 +37,7 @@ type reservationStore interface {
 	reserve(ctx context.Context, key string, me holder, stale time.Duration) (*lease, error)
 	lookup(ctx context.Context, key string, me holder) error
 	done(ctx context.Context, l *lease) error
+	doneRecord(l *lease) doneRecord
 	release(ctx context.Context, l *lease) error
 }
 
@@ -295,6 +296,27 @@ func (s *reservations) lookup(ctx context.Context, key string, me holder) error 
 // done records the lease's delivery as done: later deliveries of the event
 // with the same content are skipped, others are conflicts.
 func (s *reservations) done(ctx context.Context, l *lease) error { return l.done(ctx, l.me) }
+
+// doneRecord closes the lease and returns its done record, for the route's
+// completer to publish (acks.go): what done writes, as a KV Update does
+// (the expected last revision of the key is the lease's).
+func (s *reservations) doneRecord(l *lease) doneRecord {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	h := l.me
+	h.state = stateDone
+	return doneRecord{subject: "$KV." + s.kv.Bucket() + "." + l.key, value: h.encode(), rev: l.rev}
+}
+
+// doneRecord is a reservation's done record, to be published on the
+// bucket's subject of its key, accepted only while the key's last revision
+// is rev.
+type doneRecord struct {
+	subject string
+	value   []byte
+	rev     uint64
+}
 
 // release deletes the lease's reservation if it is still the lease's.
 func (s *reservations) release(ctx context.Context, l *lease) error { return l.release(ctx) }

@@ -55,6 +55,8 @@ type route struct {
 	load    load    // what the route has in flight
 	workers *workerPool
 	puller  *pullLoop
+	// acks are the route's acks awaiting their confirmation (acks.go).
+	acks *ackCompleter
 	// progressSlots are the workers' messages in progress, one per worker
 	// (delivery.go).
 	progressSlots []progressSlot
@@ -81,6 +83,7 @@ func newRoute(b *Bridge, rc *config.Route, d *destination) *route {
 	r.workers = newWorkerPool(r, rc.MaxInFlight)
 	r.puller = newPullLoop(r, pullConfigOf(rc.MaxInFlight), r.workers.jobs)
 	r.progressSlots = make([]progressSlot, rc.MaxInFlight)
+	r.acks = newAckCompleter(r, rc.MaxInFlight)
 	r.load.gauge = b.m.inFlight.WithLabelValues(rc.Name)
 	return r
 }
