@@ -25,15 +25,19 @@ type response struct {
 
 // newResponse keeps what the attempt needs of resp: the status, the
 // Retry-After (read against resp's Date) and the open body with the
-// release of its request context.
-func newResponse(resp *http.Response, release context.CancelFunc, now time.Time) *response {
-	return &response{
+// release of its request context, in r (nil: a new one).
+func newResponse(r *response, resp *http.Response, release context.CancelFunc, now time.Time) *response {
+	if r == nil {
+		r = new(response)
+	}
+	*r = response{
 		status:     resp.StatusCode,
 		retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), resp.Header.Get("Date"), now),
 		body:       resp.Body,
 		length:     resp.ContentLength,
 		cancel:     release,
 	}
+	return r
 }
 
 // tryContext is the request context of one try: the attempt's context

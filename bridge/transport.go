@@ -94,6 +94,9 @@ func (d *destination) sizePool() {
 
 // isTransport reports whether err means no HTTP response was obtained.
 func isTransport(err error) bool {
+	if err == nil {
+		return false // without the pointer below escaping for every success
+	}
 	var te *TransportError
 	return errors.As(err, &te)
 }
