@@ -230,7 +230,7 @@ func (d *destination) send(ctx context.Context, pipe *pipeline, p *payload, into
 	}
 	resp, err := pipe.transport.RoundTrip(req)
 	took := time.Since(start)
-	inTime := headersIn()
+	inTime := headersIn.Stop()
 	if !inTime {
 		if err == nil {
 			_ = resp.Body.Close()

@@ -35,6 +35,9 @@ type payload struct {
 	body    []byte
 	headers http.Header // everything but the signature headers; shared by the tries, never written
 	id      string
+	// vals backs the header values the bridge sets (all of them but
+	// cloudevents' own): one allocation with the payload.
+	vals [6]string
 }
 
 // buildPayload validates the event and renders the body and headers of the
@@ -61,7 +64,10 @@ func buildPayload(ev *event, d *destination) (*payload, error) {
 	maps.Copy(h, d.baseHeader)
 	// One backing array for the values the bridge sets; the keys are
 	// already canonical.
-	v := make([]string, 0, own)
+	v := p.vals[:0]
+	if own > len(p.vals) {
+		v = make([]string, 0, own)
+	}
 	set := func(k, val string) {
 		v = append(v, val)
 		h[k] = v[len(v)-1 : len(v) : len(v)]

@@ -41,20 +41,19 @@ func newResponse(r *response, resp *http.Response, release context.CancelFunc, n
 }
 
 // tryContext is the request context of one try: the attempt's context
-// (ctx), ended by the per-try timeout until headersIn is called. Once the
+// (ctx), ended by the per-try timeout until headersIn is stopped. Once the
 // headers are in, neither the timeout nor the try's return ends it: only
 // release does (response.finish), after the body has been drained, so
-// that the connection can be reused. headersIn reports false when the
+// that the connection can be reused. headersIn.Stop reports false when the
 // timeout fired first (the request context has then ended).
 //
 // The per-try timeout is this context's, not a failsafe-go timeout
 // policy's: that policy cancels its context as the try returns, and
 // would need failsafe-go's internal DeferCancel to keep the body
-// readable.
-func tryContext(ctx context.Context, timeout time.Duration) (reqCtx context.Context, headersIn func() bool, release context.CancelFunc) {
+// readable. headersIn is the timer itself (no method value per try).
+func tryContext(ctx context.Context, timeout time.Duration) (reqCtx context.Context, headersIn *time.Timer, release context.CancelFunc) {
 	reqCtx, release = context.WithCancel(ctx)
-	deadline := time.AfterFunc(timeout, release)
-	return reqCtx, deadline.Stop, release
+	return reqCtx, time.AfterFunc(timeout, release), release
 }
 
 // finish drains the body, when it is not known to be longer than
