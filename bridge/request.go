@@ -38,6 +38,12 @@ type payload struct {
 	// vals backs the header values the bridge sets (all of them but
 	// cloudevents' own): one allocation with the payload.
 	vals [6]string
+	// first is the first try's body reader (later tries make their own):
+	// one reader per try, since a try's request may still be written after
+	// the try (a destination that answers before reading the body); the
+	// payload is never reused, so neither is the reader.
+	first     bytes.Reader
+	firstUsed bool
 }
 
 // buildPayload validates the event and renders the body and headers of the
@@ -213,7 +219,7 @@ func (p *payload) request(ctx context.Context, d *destination, now time.Time) (*
 	// A *bytes.Reader, so that net/http sends headers and body in one
 	// write (see payload).
 	if len(p.body) > 0 {
-		req.Body, req.ContentLength = io.NopCloser(bytes.NewReader(p.body)), int64(len(p.body))
+		req.Body, req.ContentLength = io.NopCloser(p.reader()), int64(len(p.body))
 	} else {
 		req.Body = http.NoBody
 	}
@@ -226,6 +232,16 @@ func (p *payload) request(ctx context.Context, d *destination, now time.Time) (*
 		req.Header.Set(webhook.HeaderSignature, webhook.Sign(d.secrets, p.id, ts, p.body))
 	}
 	return req, nil
+}
+
+// reader is a new reader of the body, for one try (see payload.first).
+func (p *payload) reader() *bytes.Reader {
+	if p.firstUsed {
+		return bytes.NewReader(p.body)
+	}
+	p.firstUsed = true
+	p.first.Reset(p.body)
+	return &p.first
 }
 
 // requestTemplate is the destination's POST, built once: every try copies
