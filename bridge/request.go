@@ -22,7 +22,8 @@ import (
 	"github.com/sotercare/jetbridge/webhook"
 )
 
-// payload is what one attempt sends, built once per message; each HTTP try
+// payload is what one attempt sends, built once per message (inside its
+// event, never reused); each HTTP try
 // turns it into a fresh *http.Request (fresh signature timestamp).
 //
 // An envelope body is one allocation of the right size, not a pooled
@@ -58,7 +59,8 @@ func buildPayload(ev *event, d *destination) (*payload, error) {
 	case !producer.ValidHeaderValue(ev.ContentType):
 		return nil, &InvalidEventError{Reason: "Content-Type contains a control character"}
 	}
-	p := &payload{id: ev.ID}
+	p := &ev.payload // allocated with the event
+	*p = payload{id: ev.ID}
 	own := 6 // the headers the bridge sets below
 	if d.format == config.FormatCloudEvents {
 		own = 12
