@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/failsafe-go/failsafe-go"
@@ -41,10 +42,9 @@ var errHeldAtGate = errors.New("waiting for the destination's flow control")
 // 2xx, or the typed failure. ctx bounds the tries (shutdown_timeout), adm
 // the wait for admission.
 func (d *destination) attempt(ctx context.Context, p *payload, adm admission) (tries int, err error) {
-	a := &attemptState{d: d, pipe: d.pipe.Load(), p: p, adm: adm}
-	a.ctx = context.WithValue(ctx, attemptKey{}, a)
-	a.open = a.buf[:0]
-	res, err := a.pipe.exec.WithContext(a.ctx).GetWithExecution(a.try)
+	a := getAttempt(ctx, d, p, adm)
+	defer a.release()
+	res, err := a.exec.Get(a.tryFn)
 	a.finish()
 	switch {
 	case err == nil && res.ok():
@@ -61,6 +61,53 @@ func (d *destination) attempt(ctx context.Context, p *payload, adm admission) (t
 		return a.tries, &CircuitOpenError{Destination: d.name, Err: failure}
 	}
 	return a.tries, failure
+}
+
+// attempts keeps the attemptStates of finished attempts for the next ones,
+// with the context and executor each last ran on: an attempt on the same
+// context and pipeline (without tracing, every attempt of a route's
+// workers runs on the same context) reuses them instead of making a
+// context, an executor copy and a try closure per message.
+//
+// The lifetime is the attempt's: an attemptState is taken as the attempt
+// starts and put back as it returns, after every response it made is
+// finished (finish) and nothing it was given (payload, admission) is kept.
+// What may outlive the attempt holds only its context, whose one value is
+// the attemptState pointer itself, read by the gate (during an execution)
+// and by attemptOf; the responses and the payload are never reachable from
+// it once put back.
+var attempts = sync.Pool{New: func() any {
+	a := new(attemptState)
+	a.tryFn = a.try
+	return a
+}}
+
+// getAttempt is the attemptState of an attempt of d on ctx (see attempts).
+func getAttempt(ctx context.Context, d *destination, p *payload, adm admission) *attemptState {
+	a := attempts.Get().(*attemptState)
+	pipe := d.pipe.Load()
+	// Contexts are compared as the pointers they are (every context of the
+	// bridge is made by package context or wraps one by pointer).
+	if a.parent != ctx || a.pipe != pipe {
+		a.parent, a.pipe = ctx, pipe
+		a.ctx = context.WithValue(ctx, attemptKey{}, a)
+		a.exec = pipe.exec.WithContext(a.ctx)
+	}
+	a.d, a.p, a.adm = d, p, adm
+	a.tries, a.probeFailed, a.nresp = 0, false, 0
+	a.open = a.buf[:0]
+	return a
+}
+
+// release puts a back in attempts, forgetting what the attempt was given
+// and the responses it made (finished already).
+func (a *attemptState) release() {
+	a.finish()
+	a.d, a.p, a.adm = nil, nil, admission{}
+	for i := range a.resp {
+		a.resp[i] = response{}
+	}
+	attempts.Put(a)
 }
 
 // attemptKey is the context key of the attemptState: the gate, the
@@ -81,6 +128,9 @@ type attemptState struct {
 	d           *destination
 	pipe        *pipeline       // the pipeline the attempt started with
 	ctx         context.Context // the attempt's: shutdown, not the per-try timeout
+	parent      context.Context // what ctx was made from
+	exec        failsafe.Executor[*response]
+	tryFn       func() (*response, error) // try, made once
 	p           *payload
 	adm         admission
 	tries       int
@@ -91,6 +141,9 @@ type attemptState struct {
 	// pipeline returns (finish is idempotent).
 	open []*response
 	buf  [2]*response
+	// The first tries' responses live here (newResponse makes the rest).
+	resp  [2]response
+	nresp int
 }
 
 func (a *attemptState) finish() {
@@ -109,14 +162,14 @@ func finishRetried(e failsafe.ExecutionScheduledEvent[*response]) {
 }
 
 // try is one try, as the pipeline runs it.
-func (a *attemptState) try(exec failsafe.Execution[*response]) (*response, error) {
+func (a *attemptState) try() (*response, error) {
 	d := a.d
 	probe := a.pipe.breaker != nil && a.pipe.breaker.IsHalfOpen()
 	if a.ctx.Err() != nil {
 		return nil, a.ctx.Err()
 	}
 	a.tries++
-	r, err := d.send(a.ctx, a.pipe, a.p)
+	r, err := d.send(a.ctx, a.pipe, a.p, a.slot())
 	if r != nil {
 		a.open = append(a.open, r)
 	}
@@ -125,6 +178,16 @@ func (a *attemptState) try(exec failsafe.Execution[*response]) (*response, error
 	}
 	a.probeFailed = probe && (err != nil || a.pipe.breakerCounts(r, err))
 	return r, err
+}
+
+// slot is where the next try's response is kept: one of a's own for the
+// first tries, nil (a new one) after.
+func (a *attemptState) slot() *response {
+	if a.nresp == len(a.resp) {
+		return nil
+	}
+	a.nresp++
+	return &a.resp[a.nresp-1]
 }
 
 func (d *destination) classify(res *response, err error) error {
@@ -145,7 +208,7 @@ func (d *destination) classify(res *response, err error) error {
 // (tryContext): once the try has a status, neither the timeout nor a slow
 // or large body can make the try a failure. The timeout firing as the
 // headers come in still wins, as it would a moment earlier.
-func (d *destination) send(ctx context.Context, pipe *pipeline, p *payload) (res *response, err error) {
+func (d *destination) send(ctx context.Context, pipe *pipeline, p *payload, into *response) (res *response, err error) {
 	ctx, headersIn, release := tryContext(ctx, pipe.tryTimeout)
 	if d.trace != nil {
 		var span trace.Span
@@ -167,7 +230,7 @@ func (d *destination) send(ctx context.Context, pipe *pipeline, p *payload) (res
 	}
 	resp, err := pipe.transport.RoundTrip(req)
 	took := time.Since(start)
-	inTime := headersIn()
+	inTime := headersIn.Stop()
 	if !inTime {
 		if err == nil {
 			_ = resp.Body.Close()
@@ -180,7 +243,7 @@ func (d *destination) send(ctx context.Context, pipe *pipeline, p *payload) (res
 		return nil, transportError(d.name, err)
 	}
 	d.m.observeTry(d.name, resp.StatusCode, took)
-	return newResponse(resp, release, time.Now()), nil
+	return newResponse(into, resp, release, time.Now()), nil
 }
 
 // errTryTimeout is the cause of a try the per-try timeout ended.

@@ -159,9 +159,16 @@ type admissionOverride struct {
 	set func(*admission)
 }
 
+// WithContext keeps the override on the attempt's executor (an attempt
+// may reuse it for later attempts on the same context, attempts).
 func (o admissionOverride) WithContext(ctx context.Context) failsafe.Executor[*response] {
-	if a := attemptOf(ctx); a != nil {
+	return admissionOverride{Executor: o.Executor.WithContext(ctx), set: o.set}
+}
+
+// Get changes the admission of the attempt the executor runs.
+func (o admissionOverride) Get(fn func() (*response, error)) (*response, error) {
+	if a := attemptOf(o.Executor.Context()); a != nil {
 		o.set(&a.adm)
 	}
-	return o.Executor.WithContext(ctx)
+	return o.Executor.Get(fn)
 }

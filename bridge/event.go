@@ -33,6 +33,9 @@ type event struct {
 	// severity token overrode: the header's severity, or severityInvalid;
 	// empty when none was ignored. Never the header's value as such.
 	severityIgnored string
+	// payload is the request buildPayload renders of the event, allocated
+	// with it (the two live exactly as long as the delivery).
+	payload payload
 }
 
 // parseEvent reads a JetStream message. An unusable header gives an

@@ -77,18 +77,25 @@ type limiter interface {
 
 // fixedLimit is concurrency.max, a failsafe-go bulkhead.
 type fixedLimit struct {
-	b   bulkhead.Bulkhead[any]
-	max int
+	b       bulkhead.Bulkhead[any]
+	max     int
+	release func(bool) // the release of every admission, made once
 }
 
-func (l fixedLimit) tryAcquire() (func(bool), bool) {
+func newFixedLimit(max int) *fixedLimit {
+	l := &fixedLimit{b: bulkhead.New[any](uint(max)), max: max}
+	l.release = func(bool) { l.b.ReleasePermit() }
+	return l
+}
+
+func (l *fixedLimit) tryAcquire() (func(bool), bool) {
 	if !l.b.TryAcquirePermit() {
 		return nil, false
 	}
-	return func(bool) { l.b.ReleasePermit() }, true
+	return l.release, true
 }
 
-func (l fixedLimit) limit() int { return l.max }
+func (l *fixedLimit) limit() int { return l.max }
 
 // adaptiveLimit is concurrency.adaptive, failsafe-go's adaptive limiter: it
 // measures each attempt that got a response and moves the limit with the
@@ -126,7 +133,7 @@ func newLimiter(c *config.Concurrency) limiter {
 			WithBaselineWindow(adaptiveBaselineAge).
 			Build()}
 	}
-	return fixedLimit{b: bulkhead.New[any](uint(c.Max)), max: c.Max}
+	return newFixedLimit(c.Max)
 }
 
 // waiter is one attempt waiting at the gate.
@@ -182,7 +189,7 @@ func (g *gate) Apply(inner func(failsafe.Execution[*response]) *common.PolicyRes
 		if a := attemptOf(exec.Context()); a != nil {
 			adm = a.adm
 		}
-		release, err := g.acquire(adm.hold, adm.severity)
+		adm0, err := g.acquire(adm.hold, adm.severity)
 		if err != nil {
 			return &common.PolicyResult[*response]{Error: errHeldAtGate, Done: true}
 		}
@@ -193,7 +200,7 @@ func (g *gate) Apply(inner func(failsafe.Execution[*response]) *common.PolicyRes
 		}
 		// A response (any status) measures the destination: its duration
 		// teaches the adaptive limit; a 2xx is a slow-start step.
-		release(res != nil, res.ok())
+		g.release(adm0, res != nil, res.ok())
 		g.backPressure(res, adm.maxPause)
 		return r
 	}
@@ -216,19 +223,23 @@ func (g *gate) backPressure(res *response, maxPause time.Duration) {
 		Msg("destination asked to wait (Retry-After): no new requests to it from any route until then")
 }
 
-// acquire waits for the attempt's admission (see gate) and returns its
-// release: measured says the attempt got a response (its duration then
-// teaches the adaptive limit) and success that it was a 2xx (a slow-start
-// step). It returns ctx's error when ctx ends first.
-func (g *gate) acquire(ctx context.Context, sev subjects.Severity) (release func(measured, success bool), err error) {
+// admitted is an admission by the gate: the release of its limit's
+// permit, nil when the gate was inactive (nothing to release).
+type admitted struct {
+	rel func(bool)
+}
+
+// acquire waits for the attempt's admission (see gate), to be given back
+// with release. It returns ctx's error when ctx ends first.
+func (g *gate) acquire(ctx context.Context, sev subjects.Severity) (admitted, error) {
 	if !g.active.Load() {
-		return noRelease, nil
+		return admitted{}, nil
 	}
 	g.mu.Lock()
 	if g.queued() == 0 {
 		if rel, ok := g.admit(); ok {
 			g.mu.Unlock()
-			return g.releaser(rel), nil
+			return admitted{rel: rel}, nil
 		}
 	}
 	w := &waiter{grant: make(chan func(bool), 1)}
@@ -238,7 +249,7 @@ func (g *gate) acquire(ctx context.Context, sev subjects.Severity) (release func
 	g.mu.Unlock()
 	select {
 	case rel := <-w.grant:
-		return g.releaser(rel), nil
+		return admitted{rel: rel}, nil
 	case <-ctx.Done():
 	}
 	g.mu.Lock()
@@ -246,15 +257,25 @@ func (g *gate) acquire(ctx context.Context, sev subjects.Severity) (release func
 	if i := slices.Index(g.waiting[rank], w); i >= 0 {
 		g.waiting[rank] = slices.Delete(g.waiting[rank], i, i+1)
 		g.changed()
-		return nil, ctx.Err()
+		return admitted{}, ctx.Err()
 	}
 	// Admitted just as ctx ended: give the admission back.
 	rel := <-w.grant
 	g.releaseLocked(rel, false, false)
-	return nil, ctx.Err()
+	return admitted{}, ctx.Err()
 }
 
-func noRelease(bool, bool) {}
+// release gives an admission back: measured says the attempt got a
+// response (its duration then teaches the adaptive limit) and success that
+// it was a 2xx (a slow-start step).
+func (g *gate) release(a admitted, measured, success bool) {
+	if a.rel == nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.releaseLocked(a.rel, measured, success)
+}
 
 func (g *gate) queued() int {
 	n := 0
@@ -282,14 +303,6 @@ func (g *gate) admit() (func(bool), bool) {
 	g.inflight++
 	g.changed()
 	return rel, true
-}
-
-func (g *gate) releaser(rel func(bool)) func(measured, success bool) {
-	return func(measured, success bool) {
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		g.releaseLocked(rel, measured, success)
-	}
 }
 
 func (g *gate) releaseLocked(rel func(bool), measured, success bool) {
@@ -409,8 +422,18 @@ func (g *gate) close() {
 // changed reports the gate's state to its metrics. Called with mu held.
 func (g *gate) changed() {
 	if g.m != nil {
-		g.m.observeGate(g.dest, g.statusLocked())
+		g.m.observeGate(g.dest, g.effectiveLimitLocked(), g.inflight, &g.waiting)
 	}
+}
+
+// effectiveLimitLocked is statusLocked().effectiveLimit() without the
+// status (its map). Called with mu held.
+func (g *gate) effectiveLimitLocked() int {
+	st := GateStatus{SlowStart: g.ramp}
+	if g.lim != nil {
+		st.ConcurrencyLimit = g.lim.limit()
+	}
+	return st.effectiveLimit()
 }
 
 // GateStatus is a destination's flow control as /status shows it.

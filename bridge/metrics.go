@@ -73,6 +73,9 @@ type severityMismatches struct {
 type destMetrics struct {
 	classes  [6]prometheus.Counter // by status/100: 0 is classTransport, 2 to 5 are 2xx to 5xx, 1 is nil
 	duration prometheus.Observer
+	// The gate's gauges (observeGate), waiting in the order of severities.
+	limit, inFlight prometheus.Gauge
+	waiting         [len(severities)]prometheus.Gauge
 }
 
 // newMetrics creates the series, registers them with reg (when not nil) and
@@ -199,17 +202,19 @@ func newMetrics(reg prometheus.Registerer, cfg *config.Config) (*metrics, error)
 		m.safetyNet.WithLabelValues(string(reason))
 	}
 	for name := range cfg.Destinations {
-		dm := &destMetrics{duration: m.duration.WithLabelValues(name)}
+		dm := &destMetrics{
+			duration: m.duration.WithLabelValues(name),
+			limit:    m.concurrencyLimit.WithLabelValues(name),
+			inFlight: m.gateInFlight.WithLabelValues(name),
+		}
 		for _, i := range []int{2, 3, 4, 5, 0} {
 			dm.classes[i] = m.requests.WithLabelValues(name, tryClass(i*100))
 		}
+		for r, sev := range severities {
+			dm.waiting[r] = m.waiting.WithLabelValues(name, string(sev))
+		}
 		m.destChildren[name] = dm
 		m.circuit.WithLabelValues(name)
-		m.concurrencyLimit.WithLabelValues(name)
-		m.gateInFlight.WithLabelValues(name)
-		for _, sev := range severities {
-			m.waiting.WithLabelValues(name, string(sev))
-		}
 		m.rateLimitedSecs.WithLabelValues(name)
 		m.pausedSecs.WithLabelValues(name)
 		m.budgetRefusals.WithLabelValues(name)
@@ -264,12 +269,29 @@ func (m *metrics) observeSettled(s Settled) {
 // observeGate sets a destination's flow-control gauges from its gate's
 // status; called by the gate with its lock held, on changes only (never
 // on its fast path).
-func (m *metrics) observeGate(dest string, st GateStatus) {
-	m.concurrencyLimit.WithLabelValues(dest).Set(float64(st.effectiveLimit()))
-	m.gateInFlight.WithLabelValues(dest).Set(float64(st.InFlight))
-	for sev, n := range st.Waiting {
-		m.waiting.WithLabelValues(dest, sev).Set(float64(n))
+// observeGate sets dest's gate gauges: the effective concurrency limit,
+// the admitted attempts and the waiters by severity (in the order of
+// severities). It is called on every admission and release: a
+// destination the metrics were built for uses its gauges as they are, no
+// label lookup and no allocation.
+func (m *metrics) observeGate(dest string, limit, inFlight int, waiting *[len(severities)][]*waiter) {
+	dm := m.destChildren[dest]
+	for r, sev := range severities {
+		g := prometheus.Gauge(nil)
+		if dm != nil {
+			g = dm.waiting[r]
+		} else {
+			g = m.waiting.WithLabelValues(dest, string(sev))
+		}
+		g.Set(float64(len(waiting[r])))
 	}
+	if dm == nil {
+		m.concurrencyLimit.WithLabelValues(dest).Set(float64(limit))
+		m.gateInFlight.WithLabelValues(dest).Set(float64(inFlight))
+		return
+	}
+	dm.limit.Set(float64(limit))
+	dm.inFlight.Set(float64(inFlight))
 }
 
 func (m *metrics) rateLimited(dest string, waited time.Duration) {

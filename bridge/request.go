@@ -22,7 +22,8 @@ import (
 	"github.com/sotercare/jetbridge/webhook"
 )
 
-// payload is what one attempt sends, built once per message; each HTTP try
+// payload is what one attempt sends, built once per message (inside its
+// event, never reused); each HTTP try
 // turns it into a fresh *http.Request (fresh signature timestamp).
 //
 // An envelope body is one allocation of the right size, not a pooled
@@ -35,6 +36,15 @@ type payload struct {
 	body    []byte
 	headers http.Header // everything but the signature headers; shared by the tries, never written
 	id      string
+	// vals backs the header values the bridge sets (all of them but
+	// cloudevents' own): one allocation with the payload.
+	vals [6]string
+	// first is the first try's body reader (later tries make their own):
+	// one reader per try, since a try's request may still be written after
+	// the try (a destination that answers before reading the body); the
+	// payload is never reused, so neither is the reader.
+	first     bytes.Reader
+	firstUsed bool
 }
 
 // buildPayload validates the event and renders the body and headers of the
@@ -49,7 +59,8 @@ func buildPayload(ev *event, d *destination) (*payload, error) {
 	case !producer.ValidHeaderValue(ev.ContentType):
 		return nil, &InvalidEventError{Reason: "Content-Type contains a control character"}
 	}
-	p := &payload{id: ev.ID}
+	p := &ev.payload // allocated with the event
+	*p = payload{id: ev.ID}
 	own := 6 // the headers the bridge sets below
 	if d.format == config.FormatCloudEvents {
 		own = 12
@@ -61,7 +72,10 @@ func buildPayload(ev *event, d *destination) (*payload, error) {
 	maps.Copy(h, d.baseHeader)
 	// One backing array for the values the bridge sets; the keys are
 	// already canonical.
-	v := make([]string, 0, own)
+	v := p.vals[:0]
+	if own > len(p.vals) {
+		v = make([]string, 0, own)
+	}
 	set := func(k, val string) {
 		v = append(v, val)
 		h[k] = v[len(v)-1 : len(v) : len(v)]
@@ -207,7 +221,7 @@ func (p *payload) request(ctx context.Context, d *destination, now time.Time) (*
 	// A *bytes.Reader, so that net/http sends headers and body in one
 	// write (see payload).
 	if len(p.body) > 0 {
-		req.Body, req.ContentLength = io.NopCloser(bytes.NewReader(p.body)), int64(len(p.body))
+		req.Body, req.ContentLength = io.NopCloser(p.reader()), int64(len(p.body))
 	} else {
 		req.Body = http.NoBody
 	}
@@ -220,6 +234,16 @@ func (p *payload) request(ctx context.Context, d *destination, now time.Time) (*
 		req.Header.Set(webhook.HeaderSignature, webhook.Sign(d.secrets, p.id, ts, p.body))
 	}
 	return req, nil
+}
+
+// reader is a new reader of the body, for one try (see payload.first).
+func (p *payload) reader() *bytes.Reader {
+	if p.firstUsed {
+		return bytes.NewReader(p.body)
+	}
+	p.firstUsed = true
+	p.first.Reset(p.body)
+	return &p.first
 }
 
 // requestTemplate is the destination's POST, built once: every try copies

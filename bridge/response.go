@@ -25,32 +25,35 @@ type response struct {
 
 // newResponse keeps what the attempt needs of resp: the status, the
 // Retry-After (read against resp's Date) and the open body with the
-// release of its request context.
-func newResponse(resp *http.Response, release context.CancelFunc, now time.Time) *response {
-	return &response{
+// release of its request context, in r (nil: a new one).
+func newResponse(r *response, resp *http.Response, release context.CancelFunc, now time.Time) *response {
+	if r == nil {
+		r = new(response)
+	}
+	*r = response{
 		status:     resp.StatusCode,
 		retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), resp.Header.Get("Date"), now),
 		body:       resp.Body,
 		length:     resp.ContentLength,
 		cancel:     release,
 	}
+	return r
 }
 
 // tryContext is the request context of one try: the attempt's context
-// (ctx), ended by the per-try timeout until headersIn is called. Once the
+// (ctx), ended by the per-try timeout until headersIn is stopped. Once the
 // headers are in, neither the timeout nor the try's return ends it: only
 // release does (response.finish), after the body has been drained, so
-// that the connection can be reused. headersIn reports false when the
+// that the connection can be reused. headersIn.Stop reports false when the
 // timeout fired first (the request context has then ended).
 //
 // The per-try timeout is this context's, not a failsafe-go timeout
 // policy's: that policy cancels its context as the try returns, and
 // would need failsafe-go's internal DeferCancel to keep the body
-// readable.
-func tryContext(ctx context.Context, timeout time.Duration) (reqCtx context.Context, headersIn func() bool, release context.CancelFunc) {
+// readable. headersIn is the timer itself (no method value per try).
+func tryContext(ctx context.Context, timeout time.Duration) (reqCtx context.Context, headersIn *time.Timer, release context.CancelFunc) {
 	reqCtx, release = context.WithCancel(ctx)
-	deadline := time.AfterFunc(timeout, release)
-	return reqCtx, deadline.Stop, release
+	return reqCtx, time.AfterFunc(timeout, release), release
 }
 
 // finish drains the body, when it is not known to be longer than

@@ -209,7 +209,8 @@ func TestKeptContextEndsOnceReleased(t *testing.T) {
 		return nil
 	}
 	if err := check(func(failsafe.Execution[*response]) (context.Context, func() bool, context.CancelFunc) {
-		return tryContext(context.Background(), time.Minute)
+		ctx, deadline, release := tryContext(context.Background(), time.Minute)
+		return ctx, deadline.Stop, release
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +223,7 @@ func TestKeptContextEndsOnceReleased(t *testing.T) {
 	ctx, headersIn, release := tryContext(context.Background(), time.Millisecond)
 	defer release()
 	<-ctx.Done()
-	if headersIn() {
+	if headersIn.Stop() {
 		t.Fatal("headers in after the per-try timeout fired")
 	}
 }

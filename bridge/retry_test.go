@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
 	"github.com/sotercare/jetbridge/deadletter"
 	"github.com/sotercare/jetbridge/internal/sinktest"
 	"github.com/sotercare/jetbridge/producer"
@@ -396,4 +399,38 @@ func containsAny(s string, subs ...string) bool {
 		}
 	}
 	return false
+}
+
+// The default pipeline builds only the policies it needs: the gate, the
+// transport retry and the breaker, no status retry (opt-in) and no rate
+// limit; a status_retry block adds the status retry, outermost of the
+// two retries.
+func TestDefaultPipelineBuildsNoPolicyItDoesNotNeed(t *testing.T) {
+	pipe := func(t *testing.T, extra string) *pipeline {
+		cfg := testConfig(t, `
+destinations:
+  d: {url: "http://127.0.0.1:1/hook"%s}
+routes:
+  - {name: r, subjects: ["events.>"], destination: d}
+`, extra)
+		m, err := newMetrics(prometheus.NewRegistry(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := newDestination(cfg.Destinations["d"], zerolog.Nop(), nil, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(d.close)
+		return d.pipe.Load()
+	}
+	p := pipe(t, "")
+	if got := p.policies(); len(got) != 3 || p.statusRetry != nil || p.transportRetry == nil || p.breaker == nil || p.rate != nil {
+		t.Fatalf("default pipeline: %d policies (status retry %v, transport retry %v, breaker %v, rate %v), want the gate, the transport retry and the breaker",
+			len(got), p.statusRetry != nil, p.transportRetry != nil, p.breaker != nil, p.rate != nil)
+	}
+	p = pipe(t, ", status_retry: {codes: [503]}")
+	if got := p.policies(); len(got) != 4 || p.statusRetry == nil || got[1] != p.statusRetry {
+		t.Fatalf("with status_retry: %d policies, status retry second: %v", len(got), p.statusRetry != nil && got[1] == p.statusRetry)
+	}
 }

@@ -64,13 +64,18 @@ const (
 // destinationTransport builds the HTTP transport of one destination:
 // no proxy (destinations come from the config only), its TLS settings, and
 // at most maxHeaderBytes of response headers (0 would mean net/http's
-// 10 MiB; production always passes maxResponseHeaderBytes).
+// 10 MiB; production always passes maxResponseHeaderBytes). It asks for no
+// compressed response: the bridge never reads a response body (it drains
+// it, up to maxResponseDrain), so net/http's transparent gzip would only
+// add a header to every request (a header map and two allocations per
+// try) and a decompression to every drain.
 func destinationTransport(tlsConf *tls.Config, maxHeaderBytes int64) *http.Transport {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.Proxy = nil
 	tr.TLSClientConfig = tlsConf
 	tr.MaxIdleConnsPerHost = 64
 	tr.MaxResponseHeaderBytes = maxHeaderBytes
+	tr.DisableCompression = true
 	return tr
 }
 
@@ -94,6 +99,9 @@ func (d *destination) sizePool() {
 
 // isTransport reports whether err means no HTTP response was obtained.
 func isTransport(err error) bool {
+	if err == nil {
+		return false // without the pointer below escaping for every success
+	}
 	var te *TransportError
 	return errors.As(err, &te)
 }

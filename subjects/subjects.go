@@ -167,12 +167,24 @@ func Name(root string, sev Severity, eventType string) (string, error) {
 // Describe derives the event type and severity from a subject that follows
 // the scheme. A subject that does not (fewer than three tokens, or a second
 // token that is not a severity) has itself as its type and severity INFO.
+// The severity token is matched exactly (lowercase): nothing is allocated,
+// as the bridge describes every message it receives.
 func Describe(subject string) (eventType string, sev Severity) {
-	toks := strings.SplitN(subject, ".", 3)
-	if len(toks) == 3 && toks[2] != "" {
-		if s, err := ParseSeverity(toks[1]); err == nil && toks[1] == s.Token() {
-			return toks[2], s
-		}
+	_, rest, ok := strings.Cut(subject, ".")
+	if !ok {
+		return subject, Info
+	}
+	tok, typ, ok := strings.Cut(rest, ".")
+	if !ok || typ == "" {
+		return subject, Info
+	}
+	switch tok {
+	case "info":
+		return typ, Info
+	case "warning":
+		return typ, Warning
+	case "critical":
+		return typ, Critical
 	}
 	return subject, Info
 }
