@@ -71,29 +71,38 @@ func severityRank(s subjects.Severity) int {
 
 // limiter is a concurrency limit the gate asks without waiting.
 type limiter interface {
-	tryAcquire() (release func(measured bool), ok bool)
+	tryAcquire() (permit, bool)
 	limit() int
 }
 
+// permit is one admission's hold on the gate's limit, given back once by
+// release (measured: the attempt got a response, whose latency counts).
+type permit interface{ release(measured bool) }
+
+// noPermit is the admission of a gate without a limit: nothing to give back.
+type noPermit struct{}
+
+func (noPermit) release(bool) {}
+
 // fixedLimit is concurrency.max, a failsafe-go bulkhead.
+// It is its own permit: every admission gives back one bulkhead permit.
 type fixedLimit struct {
-	b       bulkhead.Bulkhead[any]
-	max     int
-	release func(bool) // the release of every admission, made once
+	b   bulkhead.Bulkhead[any]
+	max int
 }
 
 func newFixedLimit(max int) *fixedLimit {
-	l := &fixedLimit{b: bulkhead.New[any](uint(max)), max: max}
-	l.release = func(bool) { l.b.ReleasePermit() }
-	return l
+	return &fixedLimit{b: bulkhead.New[any](uint(max)), max: max}
 }
 
-func (l *fixedLimit) tryAcquire() (func(bool), bool) {
+func (l *fixedLimit) tryAcquire() (permit, bool) {
 	if !l.b.TryAcquirePermit() {
 		return nil, false
 	}
-	return l.release, true
+	return l, true
 }
+
+func (l *fixedLimit) release(bool) { l.b.ReleasePermit() }
 
 func (l *fixedLimit) limit() int { return l.max }
 
@@ -104,18 +113,23 @@ type adaptiveLimit struct {
 	l adaptivelimiter.AdaptiveLimiter[any]
 }
 
-func (l adaptiveLimit) tryAcquire() (func(bool), bool) {
+func (l adaptiveLimit) tryAcquire() (permit, bool) {
 	p, ok := l.l.TryAcquirePermit()
 	if !ok {
 		return nil, false
 	}
-	return func(measured bool) {
-		if measured {
-			p.Record()
-		} else {
-			p.Drop()
-		}
-	}, true
+	return adaptivePermit{p}, true
+}
+
+// adaptivePermit records a measured attempt's latency, and drops the others.
+type adaptivePermit struct{ p adaptivelimiter.Permit }
+
+func (a adaptivePermit) release(measured bool) {
+	if measured {
+		a.p.Record()
+	} else {
+		a.p.Drop()
+	}
 }
 
 func (l adaptiveLimit) limit() int { return l.l.Limit() }
@@ -138,7 +152,7 @@ func newLimiter(c *config.Concurrency) limiter {
 
 // waiter is one attempt waiting at the gate.
 type waiter struct {
-	grant chan func(bool) // receives the release of its admission
+	grant chan permit // receives its admission
 }
 
 // slowStartFrom is the first cap of a slow start: one attempt at a time.
@@ -226,7 +240,7 @@ func (g *gate) backPressure(res *response, maxPause time.Duration) {
 // admitted is an admission by the gate: the release of its limit's
 // permit, nil when the gate was inactive (nothing to release).
 type admitted struct {
-	rel func(bool)
+	rel permit
 }
 
 // acquire waits for the attempt's admission (see gate), to be given back
@@ -242,7 +256,7 @@ func (g *gate) acquire(ctx context.Context, sev subjects.Severity) (admitted, er
 			return admitted{rel: rel}, nil
 		}
 	}
-	w := &waiter{grant: make(chan func(bool), 1)}
+	w := &waiter{grant: make(chan permit, 1)}
 	rank := severityRank(sev)
 	g.waiting[rank] = append(g.waiting[rank], w)
 	g.changed()
@@ -286,14 +300,14 @@ func (g *gate) queued() int {
 }
 
 // admit takes an admission if one is free now. Called with mu held.
-func (g *gate) admit() (func(bool), bool) {
+func (g *gate) admit() (permit, bool) {
 	if !g.paused.IsZero() {
 		return nil, false
 	}
 	if g.ramp > 0 && g.inflight >= g.ramp {
 		return nil, false
 	}
-	rel := func(bool) {}
+	var rel permit = noPermit{}
 	if g.lim != nil {
 		var ok bool
 		if rel, ok = g.lim.tryAcquire(); !ok {
@@ -305,8 +319,8 @@ func (g *gate) admit() (func(bool), bool) {
 	return rel, true
 }
 
-func (g *gate) releaseLocked(rel func(bool), measured, success bool) {
-	rel(measured)
+func (g *gate) releaseLocked(rel permit, measured, success bool) {
+	rel.release(measured)
 	g.inflight--
 	if g.ramp > 0 && success {
 		g.rampOK++

@@ -99,7 +99,9 @@ func TestDeliversEachOnce(t *testing.T) {
 		mu.Lock()
 		t.Fatalf("accepted %d of %d messages", len(accepted), n)
 	}
-	time.Sleep(300 * time.Millisecond) // time for a duplicate to show
+	// Every message acknowledged: JetStream has nothing left to deliver
+	// again, so any duplicate would already have been posted.
+	allAcked(ctx, t, stream, "wmtest", n)
 	stop()
 	select {
 	case err := <-done:
@@ -145,6 +147,32 @@ func TestAllocMetrics(t *testing.T) {
 }
 
 // hasConsumer reports whether stream has a consumer named name.
+// allAcked waits until the consumer name has delivered n messages and
+// JetStream holds an ack for each (nothing pending, nothing unacknowledged).
+func allAcked(ctx context.Context, t *testing.T, stream jetstream.Stream, name string, n uint64) {
+	t.Helper()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		cons, err := stream.PushConsumer(ctx, name)
+		if err != nil {
+			t.Fatalf("consumer %s: %v", name, err)
+		}
+		info, err := cons.Info(ctx)
+		if err != nil {
+			t.Fatalf("consumer %s info: %v", name, err)
+		}
+		if info.NumPending == 0 && info.NumAckPending == 0 && info.AckFloor.Stream >= n {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("consumer %s: %d pending, %d unacknowledged, ack floor %d of %d", name, info.NumPending, info.NumAckPending, info.AckFloor.Stream, n)
+		case <-tick.C:
+		}
+	}
+}
+
 func hasConsumer(ctx context.Context, t *testing.T, stream jetstream.Stream, name string) bool {
 	t.Helper()
 	names := stream.ConsumerNames(ctx)
