@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"sync"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sotercare/jetbridge/deadletter"
+	"github.com/sotercare/jetbridge/internal/natstest"
 )
 
 // Broken dead-letter stores for the negative controls, injected through
@@ -48,57 +48,10 @@ func (j unshrunkJS) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstre
 	return j.JetStream.PublishMsg(ctx, &nats.Msg{Subject: m.Subject, Header: h, Data: orig.Data}, opts...)
 }
 
-// readBackJS changes what the bridge reads back from the dead-letter
-// stream after a duplicate PubAck: alter gets the stored message and the
-// last dead letter published and returns what the read returns.
-type readBackJS struct {
-	jetstream.JetStream
-	stream string // the dead-letter stream
-	alter  func(stored *jetstream.RawStreamMsg, sent *nats.Msg) *jetstream.RawStreamMsg
-
-	mu   *sync.Mutex
-	last **nats.Msg
-}
-
-func newReadBackJS(js jetstream.JetStream, stream string, alter func(stored *jetstream.RawStreamMsg, sent *nats.Msg) *jetstream.RawStreamMsg) readBackJS {
-	return readBackJS{JetStream: js, stream: stream, alter: alter, mu: &sync.Mutex{}, last: new(*nats.Msg)}
-}
-
-func (j readBackJS) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
-	j.mu.Lock()
-	*j.last = m
-	j.mu.Unlock()
-	return j.JetStream.PublishMsg(ctx, m, opts...)
-}
-
-func (j readBackJS) Stream(ctx context.Context, name string) (jetstream.Stream, error) {
-	s, err := j.JetStream.Stream(ctx, name)
-	if err != nil || name != j.stream {
-		return s, err
-	}
-	return readBackStream{Stream: s, js: j}, nil
-}
-
-type readBackStream struct {
-	jetstream.Stream
-	js readBackJS
-}
-
-func (s readBackStream) GetMsg(ctx context.Context, seq uint64, opts ...jetstream.GetMsgOpt) (*jetstream.RawStreamMsg, error) {
-	m, err := s.Stream.GetMsg(ctx, seq, opts...)
-	if err != nil {
-		return m, err
-	}
-	s.js.mu.Lock()
-	sent := *s.js.last
-	s.js.mu.Unlock()
-	return s.js.alter(m, sent), nil
-}
-
 // trustDeadLetterDuplicates takes every duplicate PubAck as this dead
 // letter, as before the read-back: what is read back is what was sent.
 func trustDeadLetterDuplicates(b *Bridge) {
-	b.js = newReadBackJS(b.js, b.cfg.DeadLetter.Stream, func(stored *jetstream.RawStreamMsg, sent *nats.Msg) *jetstream.RawStreamMsg {
+	b.js = natstest.ReadBack(b.js, b.cfg.DeadLetter.Stream, func(stored *jetstream.RawStreamMsg, sent *nats.Msg) *jetstream.RawStreamMsg {
 		return &jetstream.RawStreamMsg{Subject: sent.Subject, Sequence: stored.Sequence, Header: sent.Header, Data: sent.Data, Time: stored.Time}
 	})
 }
@@ -106,7 +59,7 @@ func trustDeadLetterDuplicates(b *Bridge) {
 // distrustDeadLetterDuplicates calls every duplicate another message:
 // what is read back differs from what was sent by its payload.
 func distrustDeadLetterDuplicates(b *Bridge) {
-	b.js = newReadBackJS(b.js, b.cfg.DeadLetter.Stream, func(stored *jetstream.RawStreamMsg, _ *nats.Msg) *jetstream.RawStreamMsg {
+	b.js = natstest.ReadBack(b.js, b.cfg.DeadLetter.Stream, func(stored *jetstream.RawStreamMsg, _ *nats.Msg) *jetstream.RawStreamMsg {
 		c := *stored
 		c.Data = append(slices.Clone(stored.Data), '!')
 		return &c

@@ -4,13 +4,13 @@ import (
 	"context"
 	"slices"
 	"strconv"
-	"sync"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sotercare/jetbridge/config"
 	"github.com/sotercare/jetbridge/deadletter"
+	"github.com/sotercare/jetbridge/internal/natstest"
 )
 
 // Broken replays for the negative controls, injected through the
@@ -98,58 +98,10 @@ func unboundReplayID(js jetstream.JetStream, cfg *config.Config) jetstream.JetSt
 	}}
 }
 
-// readBackJS changes what a Queue reads back from the source stream
-// after a duplicate PubAck: alter gets the stored message and the last
-// message published and returns what the read returns. Reads of other
-// streams (the dead-letter stream) are left alone.
-type readBackJS struct {
-	jetstream.JetStream
-	source string
-	alter  func(stored *jetstream.RawStreamMsg, sent *nats.Msg) *jetstream.RawStreamMsg
-
-	mu   *sync.Mutex
-	last **nats.Msg
-}
-
-func newReadBackJS(js jetstream.JetStream, source string, alter func(*jetstream.RawStreamMsg, *nats.Msg) *jetstream.RawStreamMsg) readBackJS {
-	return readBackJS{JetStream: js, source: source, alter: alter, mu: &sync.Mutex{}, last: new(*nats.Msg)}
-}
-
-func (j readBackJS) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
-	j.mu.Lock()
-	*j.last = m
-	j.mu.Unlock()
-	return j.JetStream.PublishMsg(ctx, m, opts...)
-}
-
-func (j readBackJS) Stream(ctx context.Context, name string) (jetstream.Stream, error) {
-	s, err := j.JetStream.Stream(ctx, name)
-	if err != nil || name != j.source {
-		return s, err
-	}
-	return readBackStream{Stream: s, js: j}, nil
-}
-
-type readBackStream struct {
-	jetstream.Stream
-	js readBackJS
-}
-
-func (s readBackStream) GetMsg(ctx context.Context, seq uint64, opts ...jetstream.GetMsgOpt) (*jetstream.RawStreamMsg, error) {
-	m, err := s.Stream.GetMsg(ctx, seq, opts...)
-	if err != nil {
-		return m, err
-	}
-	s.js.mu.Lock()
-	sent := *s.js.last
-	s.js.mu.Unlock()
-	return s.js.alter(m, sent), nil
-}
-
 // trustDuplicates takes a duplicate PubAck as success, as the code before
 // the read-back did: what is read back is what was sent.
 func trustDuplicates(js jetstream.JetStream, cfg *config.Config) jetstream.JetStream {
-	return newReadBackJS(js, cfg.Stream.Name, func(stored *jetstream.RawStreamMsg, sent *nats.Msg) *jetstream.RawStreamMsg {
+	return natstest.ReadBack(js, cfg.Stream.Name, func(stored *jetstream.RawStreamMsg, sent *nats.Msg) *jetstream.RawStreamMsg {
 		return &jetstream.RawStreamMsg{Subject: sent.Subject, Sequence: stored.Sequence, Header: sent.Header, Data: sent.Data, Time: stored.Time}
 	})
 }
@@ -157,7 +109,7 @@ func trustDuplicates(js jetstream.JetStream, cfg *config.Config) jetstream.JetSt
 // distrustDuplicates calls every duplicate a collision: what is read back
 // differs from what was sent by its payload.
 func distrustDuplicates(js jetstream.JetStream, cfg *config.Config) jetstream.JetStream {
-	return newReadBackJS(js, cfg.Stream.Name, func(stored *jetstream.RawStreamMsg, _ *nats.Msg) *jetstream.RawStreamMsg {
+	return natstest.ReadBack(js, cfg.Stream.Name, func(stored *jetstream.RawStreamMsg, _ *nats.Msg) *jetstream.RawStreamMsg {
 		c := *stored
 		c.Data = append(slices.Clone(stored.Data), '!')
 		return &c
