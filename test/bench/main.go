@@ -9,7 +9,9 @@
 // -confirm options each add one piece of the work jetbridge's contract
 // requires and the naive bridge skips: the JSON envelope of
 // docs/delivery.md#the-request (json.Valid, the same bytes, appended into a reused buffer) and
-// the confirmed ack (DoubleAck). "floor" measures that naive bridge against
+// the confirmed ack (-async: collected on one subscription as the bridge
+// collects its own; "floorsync" compares it with a DoubleAck per
+// message, the floor before issue 26). "floor" measures that naive bridge against
 // the plain one, the cost of the required work alone; "overhead" measures
 // jetbridge against that floor, the cost of jetbridge beyond it. Under a
 // missed throughput or CPU target the targets table prints both.

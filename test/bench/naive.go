@@ -59,7 +59,9 @@ const (
 //     X-Delivery-Attempt, Idempotency-Key). A payload that is not JSON is
 //     terminated (the bridge dead-letters it; the benchmark publishes none).
 //   - -confirm settles with a confirmed ack (DoubleAck, a request-reply to
-//     the server, bounded by confirmTimeout) instead of a plain Ack.
+//     the server, bounded by confirmTimeout) instead of a plain Ack; with
+//     -async the confirmation is collected on one subscription and the
+//     goroutine does not wait for it (asyncack.go), as the bridge does.
 //   - -kv adds the two KV writes of the bridge's idempotency
 //     (docs/delivery.md#exactly-one-delivery-per-event-id) to each message, on a bucket
 //     configured like the bridge's: an atomic kv.Create of the
@@ -78,6 +80,7 @@ func runNaive(ctx context.Context, args []string) error {
 	stream := fs.String("stream", "EVENTS", "stream")
 	envelope := fs.Bool("envelope", false, "send the bridge's JSON envelope instead of the raw body")
 	confirm := fs.Bool("confirm", false, "confirmed ack (DoubleAck) instead of a plain Ack")
+	async := fs.Bool("async", false, "with -confirm: the ack's confirmation collected on one subscription, the goroutine not waiting for it (asyncack.go)")
 	withKV := fs.Bool("kv", false, "reserve each event id in an idempotency bucket like the bridge's (kv.Create before the POST, kv.Update after a 2xx)")
 	durable := fs.String("durable", "naive", "durable consumer name (two naive bridges measured at once use two)")
 	fat := fs.Bool("fat", false, "refuse to run unless this binary was built with -tags fatfloor (it links the bridge's third-party dependencies)")
@@ -123,9 +126,19 @@ func runNaive(ctx context.Context, args []string) error {
 		Timeout:   5 * time.Second,
 		Transport: &http.Transport{MaxIdleConns: *k, MaxIdleConnsPerHost: *k, IdleConnTimeout: time.Minute},
 	}
-	ack := func(m jetstream.Msg) {
+	var acker *asyncAcker
+	if *confirm && *async {
+		if acker, err = newAsyncAcker(ctx, nc, *k); err != nil {
+			return err
+		}
+	}
+	ack := func(i int, m jetstream.Msg) {
 		if !*confirm {
 			_ = m.Ack()
+			return
+		}
+		if acker != nil {
+			acker.ack(ctx, i, m)
 			return
 		}
 		actx, cancel := context.WithTimeout(ctx, confirmTimeout)
@@ -144,7 +157,7 @@ func runNaive(ctx context.Context, args []string) error {
 		return err
 	}
 	var wg sync.WaitGroup
-	for range *k {
+	for i := range *k {
 		wg.Go(func() {
 			var buf []byte // -envelope: this goroutine's body, reused
 			var fh floorHeaders
@@ -172,7 +185,7 @@ func runNaive(ctx context.Context, args []string) error {
 					}
 					if kv == nil {
 						if post(ctx, client, *dest, body, hdr) {
-							ack(m)
+							ack(i, m)
 						} else {
 							_ = m.Nak()
 						}
@@ -188,7 +201,7 @@ func runNaive(ctx context.Context, args []string) error {
 					})
 					if err != nil {
 						if errors.Is(err, jetstream.ErrKeyExists) && reservedDone(ctx, kv, key) {
-							ack(m) // delivered before, its ack lost
+							ack(i, m) // delivered before, its ack lost
 						} else {
 							_ = m.Nak()
 						}
@@ -206,7 +219,7 @@ func runNaive(ctx context.Context, args []string) error {
 					_, _ = kvDo(ctx, func(ctx context.Context) (uint64, error) {
 						return kv.Update(ctx, key, holderValue("done", md), rev)
 					})
-					ack(m)
+					ack(i, m)
 				case <-ctx.Done():
 					return
 				}

@@ -288,7 +288,7 @@ func floorLimits(res map[string]*scenarioResult, m metric, floor, over, floorLab
 // jetbridge against it (overhead).
 func limits(res map[string]*scenarioResult, m metric, what, cmp string, want float64) []target {
 	return floorLimits(res, m, "floor", "overhead",
-		fmt.Sprintf("↳ limit, %s: a naive bridge doing only the required work (envelope + confirmed ack, K=64) vs naive K=64 (floor)", what),
+		fmt.Sprintf("↳ limit, %s: a naive bridge doing only the required work (envelope + confirmed ack collected async, K=64) vs naive K=64 (floor)", what),
 		fmt.Sprintf("↳ %s: jetbridge vs that floor (overhead)", what), cmp, want)
 }
 
@@ -307,7 +307,7 @@ func rssLimits(res map[string]*scenarioResult, m metric, want float64) []target 
 // (latencyoverhead).
 func latLimits(res map[string]*scenarioResult, m metric, want float64) []target {
 	return floorLimits(res, m, "latencyfloor", "latencyoverhead",
-		"↳ limit, p99 latency: a naive bridge doing only the required work (envelope + confirmed ack, K=32) vs naive K=32, separate runs (latencyfloor)",
+		"↳ limit, p99 latency: a naive bridge doing only the required work (envelope + confirmed ack collected async, K=32) vs naive K=32, separate runs (latencyfloor)",
 		"↳ p99 latency: jetbridge vs that floor, separate runs (latencyoverhead)", "≤", want)
 }
 
@@ -315,7 +315,7 @@ func latLimits(res map[string]*scenarioResult, m metric, want float64) []target 
 // one server (latfloor, latoverhead).
 func latOnceLimits(res map[string]*scenarioResult, m metric, want float64) []target {
 	return floorLimits(res, m, "latfloor", "latoverhead",
-		"↳ limit, p99 latency: a naive bridge doing only the required work (envelope + confirmed ack, K=32) vs naive K=32, at once (latfloor)",
+		"↳ limit, p99 latency: a naive bridge doing only the required work (envelope + confirmed ack collected async, K=32) vs naive K=32, at once (latfloor)",
 		"↳ p99 latency: jetbridge vs that floor, at once (latoverhead)", "≤", want)
 }
 
@@ -334,7 +334,7 @@ func idemLimits(res map[string]*scenarioResult, idem *scenarioResult, want float
 	}
 	rate := func(r result) float64 { return r.rate }
 	floor := sr.ratio(metric{get: rate})
-	ts := []target{noteLine("↳ limit, throughput: the two KV writes alone on the floor (naive + envelope + confirmed ack + 2 KV writes vs without, K=64; idemfloor)",
+	ts := []target{noteLine("↳ limit, throughput: the two KV writes alone on the floor (naive + envelope + confirmed ack (async) + 2 KV writes vs without, K=64; idemfloor)",
 		"—", fmt.Sprintf("%.2f× (%+.1f µs/msg)", floor, addedMicros(sr)))}
 	pairs := idem.pairs()
 	allowed := (1/want - 1) * 1e6 / median(values(idem.b[:pairs], rate))

@@ -79,9 +79,14 @@ func allScenarios(o options) []scenario {
 	jb := func(inFlight int) system { return system{inFlight: inFlight} }
 	naive := func(k int) system { return system{naive: true, inFlight: k} }
 	// floor is the naive bridge doing the work the contract requires of
-	// jetbridge and nothing more: the envelope and a confirmed ack.
+	// jetbridge and nothing more: the envelope and a confirmed ack, its
+	// confirmation collected asynchronously as the bridge collects its own
+	// (the cheapest known way). floorSync confirms each ack with DoubleAck,
+	// the floor before acks were confirmed off the worker.
 	floor := naive(64)
-	floor.envelope, floor.confirm = true, true
+	floor.envelope, floor.confirm, floor.async = true, true, true
+	floorSync := floor
+	floorSync.async = false
 	// floorKV is the floor plus the two KV writes of idempotency (the
 	// reservation before the POST, done after the 2xx) and nothing more.
 	// fatFloor is the floor linked with the third-party code the bridge
@@ -100,7 +105,7 @@ func allScenarios(o options) []scenario {
 	limited := jb(64)
 	limited.concurrency = 64
 	floor32 := naive(32)
-	floor32.envelope, floor32.confirm = true, true
+	floor32.envelope, floor32.confirm, floor32.async = true, true, true
 	// wm is the Watermill peer, in the one configuration issue 26 states
 	// (64 queue subscriptions): its concurrency is part of it.
 	wm := system{watermill: true, inFlight: watermillSubscribers}
@@ -110,6 +115,7 @@ func allScenarios(o options) []scenario {
 		{name: "envelope", title: "envelope, defaults (breaker, transport retry, metrics; idempotency off)", kind: drain, a: jb(64), b: naive(64), n: o.n, runs: o.runs},
 		{name: "raw", title: "format raw", kind: drain, a: raw, b: naive(64), n: o.n, runs: o.runs},
 		{name: "floor", title: "the contract's required work alone on the naive bridge (envelope with json.Valid, confirmed ack)", kind: drain, a: floor, b: naive(64), n: o.n, runs: o.runs},
+		{name: "floorsync", title: "the floor confirming each ack with DoubleAck (the floor before issue 26) vs the floor", kind: drain, a: floorSync, b: floor, n: o.n, runs: o.runs},
 		{name: "overhead", title: "jetbridge beyond the floor (envelope defaults vs the naive bridge doing only the required work)", kind: drain, a: jb(64), b: floor, n: o.n, runs: o.runs},
 		{name: "watermill", title: "jetbridge vs a Watermill-assembled bridge (issue 26: Router, watermill-nats push consumer with 64 queue subscriptions, watermill-http publisher, Retry and Recoverer)", kind: drain, a: jb(64), b: wm, n: o.n, runs: o.runs},
 		{name: "wmnaive", title: "the Watermill-assembled bridge vs the minimal loop", kind: drain, a: wm, b: naive(64), n: o.n, runs: o.runs},

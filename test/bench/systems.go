@@ -21,6 +21,7 @@ type system struct {
 	watermill   bool   // the Watermill peer (test/bench/watermill); no other field applies
 	envelope    bool   // naive bridge: -envelope (the bridge's JSON envelope)
 	confirm     bool   // naive bridge: -confirm (DoubleAck)
+	async       bool   // naive bridge with confirm: -async (confirmations collected on one subscription)
 	kv          bool   // naive bridge: -kv (the idempotency's two KV writes)
 	fat         bool   // naive bridge: run from the build that links the bridge's dependencies (fat.go)
 	baseline    bool   // jetbridge: the -baseline binary instead of this build
@@ -43,7 +44,9 @@ func (s system) label() string {
 		if s.envelope {
 			name += " + envelope"
 		}
-		if s.confirm {
+		if s.confirm && s.async {
+			name += " + confirmed ack (async)"
+		} else if s.confirm {
 			name += " + confirmed ack"
 		}
 		if s.kv {
@@ -163,6 +166,9 @@ func (e *env) startSystemOn(ctx context.Context, sys system, natsURL, dir string
 		}
 		if sys.confirm {
 			args = append(args, "-confirm")
+		}
+		if sys.async {
+			args = append(args, "-async")
 		}
 		if sys.kv {
 			args = append(args, "-kv")
