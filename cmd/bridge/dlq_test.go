@@ -71,6 +71,12 @@ func newDLQEnv(t *testing.T, status int) *dlqEnv {
 // arguments of dlqConfig).
 func newDLQEnvFrom(t *testing.T, status int, tmpl string) *dlqEnv {
 	t.Helper()
+	return newDLQEnvLogging(t, status, tmpl, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+}
+
+// newDLQEnvLogging is newDLQEnvFrom with the bridge's logger.
+func newDLQEnvLogging(t *testing.T, status int, tmpl string, logger zerolog.Logger) *dlqEnv {
+	t.Helper()
 	unsetenv(t, "BRIDGE_CONFIG")
 	e := &dlqEnv{t: t, srv: natstest.Start(t), sink: sinktest.New(t, sinktest.Always(status))}
 	_, e.js = natstest.Connect(t, e.srv.URL())
@@ -80,7 +86,7 @@ func newDLQEnvFrom(t *testing.T, status int, tmpl string) *dlqEnv {
 		t.Fatal(err)
 	}
 	e.cfg = cfg
-	b, err := bridge.New(cfg, e.js, bridge.Options{Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
+	b, err := bridge.New(cfg, e.js, bridge.Options{Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
