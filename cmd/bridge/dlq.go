@@ -674,7 +674,7 @@ line goes to stderr (who, when, what: filters, counts and sequences).`,
 	f.Float64Var(&perSec, "rate", 0, "at most N republishes per second (0: no limit)")
 	f.BoolVar(&keep, "keep", false, "leave the dead letters on the dead-letter stream")
 	f.BoolVar(&asJSON, "json", false, `one JSON object per dead letter, then {"summary":{...}}`)
-	f.StringArrayVar(&include, "include", nil, "also replay dead letters with this reason, permanent for the payload: "+strings.Join(permanentReasons, ", ")+" (repeatable)")
+	f.StringArrayVar(&include, "include", nil, "also replay dead letters with this `REASON`, permanent for the payload: "+strings.Join(permanentReasons, ", ")+" (repeatable)")
 	return dlqCommand(c, &o, routeAndReason, func(args []string) error {
 		var err error
 		if seqs, err = selectionArgs("dlq replay", all, args); err != nil {
