@@ -186,7 +186,11 @@ func printRecord(w io.Writer, bucket string, r idempotency.Record) {
 
 // notFound is the error of an event id without a record on routes.
 func notFound(eventID string, routes []string) error {
-	return &exitError{Code: 1, Msg: fmt.Sprintf("no idempotency record of event %s on route %s", shown(eventID), strings.Join(routes, ", "))}
+	where := "route " + routes[0]
+	if len(routes) > 1 {
+		where = "routes " + strings.Join(routes, ", ")
+	}
+	return &exitError{Code: 1, Msg: fmt.Sprintf("no idempotency record of event %s on %s", shown(eventID), where)}
 }
 
 func newIdemShowCmd() *cobra.Command {

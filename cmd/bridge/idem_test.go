@@ -285,3 +285,16 @@ func TestConfirm(t *testing.T) {
 		}
 	}
 }
+
+// "idem show" without --route names every route it searched.
+func TestIdemNotFoundText(t *testing.T) {
+	for routes, want := range map[string]string{
+		"ra":    "no idempotency record of event ev-1 on route ra",
+		"ra rc": "no idempotency record of event ev-1 on routes ra, rc",
+	} {
+		var ee *exitError
+		if err := notFound("ev-1", strings.Fields(routes)); !errors.As(err, &ee) || ee.Code != 1 || ee.Msg != want {
+			t.Errorf("notFound(%s) = %v, want exit 1 %q", routes, err, want)
+		}
+	}
+}
