@@ -4,16 +4,17 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sotercare/jetbridge/idempotency"
 )
 
 // Reservation states, as stored in the bucket.
@@ -47,12 +48,18 @@ type reservationStore interface {
 // concurrent callers wins) before the first HTTP try, becomes "done" after a
 // 2xx, and is deleted on any failure, so that a failed delivery never
 // consumes the event id. Entries expire with the bucket TTL.
+//
+// Every record it writes names the replica that wrote it (this process's
+// id and host name, idempotency.Replica), computed once here: "bridge idem
+// show" prints it (docs/operating.md#idempotency-records).
 type reservations struct {
-	kv jetstream.KeyValue
+	kv      jetstream.KeyValue
+	replica string
 }
 
 func newReservations(kv jetstream.KeyValue) *reservations {
-	return &reservations{kv: kv}
+	host, _ := os.Hostname()
+	return &reservations{kv: kv, replica: idempotency.Replica(os.Getpid(), host)}
 }
 
 // differs is the content rule of a reservation: the same event id is the
@@ -81,15 +88,9 @@ func takeover(have, me holder, age, stale time.Duration) bool {
 }
 
 // reservationKey is <route>.<encoding of the event id>, always a valid key
-// whatever bytes the id holds: base64url for ids up to 96 bytes (readable
-// back), a SHA-256 for longer ones.
-func reservationKey(route, eventID string) string {
-	if len(eventID) <= 96 {
-		return route + ".b." + base64.RawURLEncoding.EncodeToString([]byte(eventID))
-	}
-	sum := sha256.Sum256([]byte(eventID))
-	return route + ".h." + base64.RawURLEncoding.EncodeToString(sum[:])
-}
+// whatever bytes the id holds (idempotency.Key, which "bridge idem" reads
+// with).
+func reservationKey(route, eventID string) string { return idempotency.Key(route, eventID) }
 
 // holder identifies the message delivery that holds a reservation, and
 // what the reservation is for: the message's subject and the SHA-256 of its
@@ -102,7 +103,10 @@ func reservationKey(route, eventID string) string {
 //	done EVENTS/<sha256 hex>/<subject> 12 1
 //
 // Neither a subject nor a stream name holds a space, and a stream name
-// holds no "/", so the field splits at its first two "/". A previous
+// holds no "/", so the field splits at its first two "/". After 0.1.0 the
+// stream is followed by the writing replica, after a "." that no stream
+// name holds ("EVENTS.4242.ops-1/<sha256 hex>/<subject>", see package
+// idempotency, which owns the parsing); a reader ignores it. A previous
 // release reads such a record with its fields: "done" is a duplicate to it
 // (as every done record was), and an in-flight one names a stream that is
 // not its message's, so it waits until the reservation is stale (ack_wait
@@ -115,6 +119,7 @@ type holder struct {
 	delivered uint64
 	subject   string // "" in a record of the previous release
 	digest    string // SHA-256 of the payload, hex; "" in a record of the previous release
+	replica   string // written only (reservations.replica); "" when parsed
 }
 
 // holderOf is the holder of an event's delivery, with its content.
@@ -126,7 +131,10 @@ func holderOf(ev *event) holder {
 
 func (h holder) encode() []byte {
 	stream := h.stream
-	if h.digest != "" {
+	switch {
+	case h.digest != "" && h.replica != "":
+		stream += "." + h.replica + "/" + h.digest + "/" + h.subject
+	case h.digest != "":
 		stream += "/" + h.digest + "/" + h.subject
 	}
 	return []byte(h.state + " " + stream + " " + strconv.FormatUint(h.seq, 10) + " " + strconv.FormatUint(h.delivered, 10))
@@ -138,28 +146,14 @@ func errUnreadable(b []byte) error {
 	return fmt.Errorf("bridge: unreadable reservation (%d bytes)", len(b))
 }
 
+// parseHolder reads a record with idempotency.ParseValue (the replica it
+// names is left out: the delivery does not need it).
 func parseHolder(b []byte) (holder, error) {
-	f := strings.Fields(string(b))
-	if len(f) != 4 || (f[0] != stateInFlight && f[0] != stateDone) {
+	v, err := idempotency.ParseValue(b)
+	if err != nil {
 		return holder{}, errUnreadable(b)
 	}
-	seq, err1 := strconv.ParseUint(f[2], 10, 64)
-	n, err2 := strconv.ParseUint(f[3], 10, 64)
-	if err1 != nil || err2 != nil {
-		return holder{}, errUnreadable(b)
-	}
-	h := holder{state: f[0], stream: f[1], seq: seq, delivered: n}
-	if i := strings.IndexByte(f[1], '/'); i >= 0 {
-		c := strings.SplitN(f[1], "/", 3)
-		if len(c) != 3 || c[0] == "" || c[2] == "" || len(c[1]) != 2*sha256.Size {
-			return holder{}, errUnreadable(b)
-		}
-		if _, err := hex.DecodeString(c[1]); err != nil {
-			return holder{}, errUnreadable(b)
-		}
-		h.stream, h.digest, h.subject = c[0], c[1], c[2]
-	}
-	return h, nil
+	return holder{state: string(v.State), stream: v.Stream, seq: v.Seq, delivered: v.Delivered, subject: v.Subject, digest: v.Digest}, nil
 }
 
 // lease is a won reservation. Its owner refreshes it while the attempt runs
@@ -186,6 +180,7 @@ type lease struct {
 // the broker redelivers a message only once that delivery has lost it.
 func (s *reservations) reserve(ctx context.Context, key string, me holder, stale time.Duration) (*lease, error) {
 	me.state = stateInFlight
+	me.replica = s.replica
 	value := me.encode()
 	for {
 		rev, err := s.kv.Create(ctx, key, value)

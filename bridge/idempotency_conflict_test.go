@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sotercare/jetbridge/deadletter"
+	"github.com/sotercare/jetbridge/idempotency"
 	"github.com/sotercare/jetbridge/internal/sinktest"
 )
 
@@ -226,6 +227,24 @@ func TestHolderEncoding(t *testing.T) {
 		}
 		if old, err := parseHolderV0(h.encode()); err != nil || old.state != state || old.seq != 12 || old.delivered != 3 {
 			t.Fatalf("the previous release reads %q as %+v, %v", h.encode(), old, err)
+		}
+	}
+	// A record names the replica that wrote it (package idempotency reads
+	// it); the delivery reads past it, and so does the previous release.
+	for _, state := range []string{stateInFlight, stateDone} {
+		h := holderOf(ev)
+		h.state, h.replica = state, idempotency.Replica(4242, "ops 1/x")
+		enc := h.encode()
+		v, err := idempotency.ParseValue(enc)
+		if err != nil || v.PID != 4242 || v.Host != "ops_1_x" || v.Stream != "EVENTS" || v.Subject != ev.Subject {
+			t.Fatalf("idempotency.ParseValue(%q) = %+v, %v", enc, v, err)
+		}
+		got, err := parseHolder(enc)
+		if want := (holder{state: state, stream: "EVENTS", seq: 12, delivered: 3, subject: ev.Subject, digest: h.digest}); err != nil || got != want {
+			t.Fatalf("parseHolder(%q) = %+v, %v; want %+v", enc, got, err, want)
+		}
+		if old, err := parseHolderV0(enc); err != nil || old.state != state || old.seq != 12 || old.delivered != 3 {
+			t.Fatalf("the previous release reads %q as %+v, %v", enc, old, err)
 		}
 	}
 	legacy, err := parseHolder([]byte("done EVENTS 7 1"))

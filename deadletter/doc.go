@@ -18,6 +18,11 @@
 //	Replay  republish one to its original subject, then delete it
 //	Delete  remove one ("bridge dlq purge")
 //
+// Skip is the rule a replay of what an operator selected applies first:
+// a dead letter whose reason is permanent for its payload
+// (Reason.PermanentForPayload: invalid-event, event-id-conflict) is left
+// alone unless its reason is included ("bridge dlq replay --include").
+//
 // Replay first passes the dead letter through the replay guard
 // (CheckReplay): every header of a dead letter is untrusted, so it is
 // republished only to a literal subject inside the configured stream's

@@ -136,7 +136,21 @@ routes:
 		} else if err != nil {
 			t.Fatal(err)
 		}
-		return string(out), code
+		// Every replay writes one audit line (checked in cmd/bridge's
+		// TestDLQAuditLine); what follows compares the rest.
+		var rest []string
+		audits := 0
+		for _, l := range strings.SplitAfter(string(out), "\n") {
+			if strings.HasPrefix(l, "audit: ") {
+				audits++
+				continue
+			}
+			rest = append(rest, l)
+		}
+		if audits != 1 {
+			t.Fatalf("%d audit lines, want 1:\n%s", audits, out)
+		}
+		return strings.Join(rest, ""), code
 	}
 
 	// The old, guessable id: the replay of fall-8 is stored for real.

@@ -504,8 +504,9 @@ func printDeadLetter(stdout io.Writer, stream string, d deadletter.Message, payl
 
 // selection is the dead letters a replay or purge works on.
 type selection struct {
-	ds     []deadletter.Message
-	failed int // SEQs that could not be read
+	ds      []deadletter.Message
+	failed  int      // SEQs that could not be read
+	missing []uint64 // those of them that were not found
 }
 
 // selectDeadLetters lists the dead letters f selects (--all) or reads each
@@ -526,6 +527,7 @@ func selectDeadLetters(ctx context.Context, s *dlqSession, all bool, seqs []uint
 		case errors.Is(err, deadletter.ErrNotFound):
 			fmt.Fprintln(stderr, failLine(err))
 			sel.failed++
+			sel.missing = append(sel.missing, seq)
 			continue
 		case err != nil:
 			return selection{}, dlqErr(s, err)
@@ -618,6 +620,9 @@ type replayLine struct {
 	// this dead letter's replay (Stream and Seq name it); nothing stored.
 	Collision bool   `json:"collision,omitempty"`
 	Error     string `json:"error,omitempty"` // not replayed: why
+	// Skipped: the reason (invalid-event, event-id-conflict) that makes
+	// the dead letter permanent for its payload; not replayed, kept.
+	Skipped string `json:"skipped,omitempty"`
 }
 
 // replaySummary is the last line of dlq replay --json.
@@ -627,6 +632,7 @@ type replaySummary struct {
 		Duplicates int  `json:"duplicates"`
 		Kept       int  `json:"kept"`
 		Failed     int  `json:"failed"`
+		Skipped    int  `json:"skipped"`
 		DryRun     bool `json:"dry_run"`
 	} `json:"summary"`
 }
@@ -636,6 +642,7 @@ func newDLQReplayCmd() *cobra.Command {
 	var all, dryRun, keep, asJSON bool
 	var perSec float64
 	var seqs []uint64
+	var include []string
 	c := &cobra.Command{
 		Use:   "replay (--all | SEQ...)",
 		Short: "republish dead letters to their original subject",
@@ -650,10 +657,16 @@ kept, counted as failed (exit 1). A dead letter from another stream, for a
 subject outside the stream's or its route's subjects, for a system, inbox or
 dead-letter subject, or stored without its payload is refused: reported
 with the reason, kept, counted as failed (exit 1); --dry-run shows the
-same. A progress bar shows on a terminal.`,
+same. A dead letter whose reason is permanent for its payload
+(invalid-event, event-id-conflict) is skipped unless --include names its
+reason: kept, counted as skipped (exit 0); --dry-run lists each with why.
+An event-id-conflict replays once "bridge idem forget" has removed the
+record it conflicts with. A progress bar shows on a terminal. One audit
+line goes to stderr (who, when, what: filters, counts and sequences).`,
 		Example: `  bridge dlq replay --config config/quickstart.yaml --all --dry-run
   bridge dlq replay --config config/quickstart.yaml 2 5 7
-  bridge dlq replay --config config/quickstart.yaml --all --reason rejected --rate 50 --keep`,
+  bridge dlq replay --config config/quickstart.yaml --all --reason rejected --rate 50 --keep
+  bridge dlq replay --config config/quickstart.yaml 4 --include event-id-conflict`,
 	}
 	f := c.Flags()
 	f.BoolVar(&all, "all", false, "every dead letter (that --route and --reason select)")
@@ -661,6 +674,7 @@ same. A progress bar shows on a terminal.`,
 	f.Float64Var(&perSec, "rate", 0, "at most N republishes per second (0: no limit)")
 	f.BoolVar(&keep, "keep", false, "leave the dead letters on the dead-letter stream")
 	f.BoolVar(&asJSON, "json", false, `one JSON object per dead letter, then {"summary":{...}}`)
+	f.StringArrayVar(&include, "include", nil, "also replay dead letters with this `REASON`, permanent for the payload: "+strings.Join(permanentReasons, ", ")+" (repeatable)")
 	return dlqCommand(c, &o, routeAndReason, func(args []string) error {
 		var err error
 		if seqs, err = selectionArgs("dlq replay", all, args); err != nil {
@@ -669,13 +683,24 @@ same. A progress bar shows on a terminal.`,
 		if perSec < 0 {
 			return usageErr("dlq replay: --rate must be >= 0, got %g", perSec)
 		}
+		for _, r := range include {
+			if !deadletter.Reason(r).PermanentForPayload() {
+				return usageErr("dlq replay: --include %q: only %s are skipped (permanent for the payload)", r, strings.Join(permanentReasons, " and "))
+			}
+		}
 		return nil
 	}, func(ctx context.Context, s *dlqSession, stdout, stderr io.Writer) error {
 		sel, err := selectDeadLetters(ctx, s, all, seqs, deadletter.Filter{Route: o.route, Reason: deadletter.Reason(o.reason)}, stderr)
 		if err != nil {
 			return err
 		}
-		r := replayer{s: s, keep: keep, json: asJSON, stdout: stdout, stderr: stderr, failed: sel.failed}
+		r := replayer{s: s, keep: keep, json: asJSON, stdout: stdout, stderr: stderr, failed: sel.failed, failedSeqs: sel.missing}
+		for _, in := range include {
+			r.include = append(r.include, deadletter.Reason(in))
+		}
+		a := newAudit("dlq replay").selection(all, seqs, o.route, o.reason).
+			list("include", include).flag("dry_run", dryRun).flag("keep", keep)
+		defer func() { r.audit(a).write(stderr) }()
 		if dryRun {
 			return r.dryRun(sel.ds)
 		}
@@ -686,6 +711,18 @@ same. A progress bar shows on a terminal.`,
 	})
 }
 
+// permanentReasons are the reasons replay skips unless --include names
+// them (deadletter.Reason.PermanentForPayload).
+var permanentReasons = func() []string {
+	var rs []string
+	for _, r := range deadletter.Reasons {
+		if r.PermanentForPayload() {
+			rs = append(rs, string(r))
+		}
+	}
+	return rs
+}()
+
 // replayer is one run of dlq replay.
 type replayer struct {
 	s              *dlqSession
@@ -694,11 +731,54 @@ type replayer struct {
 	stdout, stderr io.Writer
 	sum            replaySummary
 	failed         int
+	include        []deadletter.Reason // --include
+	// the dead letters' sequences, for the audit line
+	replayedSeqs, skippedSeqs, failedSeqs []uint64
+}
+
+// audit completes the audit line of the run with its counts and
+// sequences.
+func (r *replayer) audit(a *audit) *audit {
+	s := r.sum.Summary
+	return a.count("replayed", s.Replayed).count("duplicates", s.Duplicates).count("kept", s.Kept).
+		count("failed", s.Failed).count("skipped", s.Skipped).
+		seqs("replayed_seqs", r.replayedSeqs).seqs("skipped_seqs", r.skippedSeqs).seqs("failed_seqs", r.failedSeqs)
+}
+
+// skip reports (and counts) a dead letter that the permanent-reason rule
+// leaves alone: listed with why on a dry run, else only counted.
+func (r *replayer) skip(d deadletter.Message, dry bool) bool {
+	var sk *deadletter.SkippedError
+	if !errors.As(deadletter.Skip(d, r.include...), &sk) {
+		return false
+	}
+	r.sum.Summary.Skipped++
+	r.skippedSeqs = append(r.skippedSeqs, d.Seq)
+	switch {
+	case r.json:
+		_ = cli.WriteJSON(r.stdout, replayLine{DLQSeq: d.Seq, EventID: d.EventID, Subject: d.Subject, Kept: true, DryRun: dry, Skipped: string(sk.Reason)})
+	case dry:
+		fmt.Fprintf(r.stdout, "would skip dlq_seq=%d id=%s -> %s: reason %s is permanent for the payload (--include %s replays it)\n",
+			d.Seq, shown(d.EventID), shown(d.Subject), sk.Reason, sk.Reason)
+	}
+	return true
+}
+
+// skippedNote is the count of skipped dead letters in the text summary
+// (nothing when none was).
+func (r *replayer) skippedNote() string {
+	if r.sum.Summary.Skipped == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", skipped %d", r.sum.Summary.Skipped)
 }
 
 func (r *replayer) dryRun(ds []deadletter.Message) error {
 	n := 0
 	for _, d := range ds {
+		if r.skip(d, true) {
+			continue
+		}
 		// The same guard as the replay itself: every refusal shows.
 		if err := r.s.q.CheckReplay(d); err != nil {
 			r.fail(progress{}, d, err)
@@ -715,7 +795,7 @@ func (r *replayer) dryRun(ds []deadletter.Message) error {
 	if r.json {
 		_ = cli.WriteJSON(r.stdout, r.sum)
 	} else {
-		fmt.Fprintf(r.stdout, "dry run: would replay %d, failed %d; nothing changed\n", n, r.failed)
+		fmt.Fprintf(r.stdout, "dry run: would replay %d, failed %d%s; nothing changed\n", n, r.failed, r.skippedNote())
 	}
 	if r.failed > 0 {
 		return &exitError{Code: 1}
@@ -726,6 +806,7 @@ func (r *replayer) dryRun(ds []deadletter.Message) error {
 // fail reports one dead letter that was not replayed.
 func (r *replayer) fail(bar progress, d deadletter.Message, err error) {
 	r.failed++
+	r.failedSeqs = append(r.failedSeqs, d.Seq)
 	bar.println(r.stderr, failLine(err))
 	if r.json {
 		line := replayLine{DLQSeq: d.Seq, EventID: d.EventID, Subject: d.Subject, Kept: true, Error: dlqText(err)}
@@ -753,6 +834,11 @@ func (r *replayer) replay(ctx context.Context, ds []deadletter.Message) error {
 				break
 			}
 		}
+		if r.skip(d, false) {
+			done++
+			bar.add()
+			continue
+		}
 		// The current dead letter is finished even after a signal.
 		opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dlqOpTimeout)
 		res, err := r.s.q.Replay(opCtx, d.Seq, r.keep)
@@ -764,6 +850,7 @@ func (r *replayer) replay(ctx context.Context, ds []deadletter.Message) error {
 			continue
 		}
 		sum.Replayed++
+		r.replayedSeqs = append(r.replayedSeqs, res.Seq)
 		if res.Duplicate {
 			sum.Duplicates++
 		}
@@ -790,7 +877,11 @@ func (r *replayer) replay(ctx context.Context, ds []deadletter.Message) error {
 	if r.json {
 		_ = cli.WriteJSON(r.stdout, r.sum)
 	} else {
-		fmt.Fprintf(r.stdout, "replayed %d, duplicates %d, kept %d, failed %d\n", sum.Replayed, sum.Duplicates, sum.Kept, sum.Failed)
+		fmt.Fprintf(r.stdout, "replayed %d, duplicates %d, kept %d, failed %d%s\n", sum.Replayed, sum.Duplicates, sum.Kept, sum.Failed, r.skippedNote())
+	}
+	if sum.Skipped > 0 {
+		fmt.Fprintf(r.stderr, "bridge: skipped %d: reason permanent for the payload (%s); --dry-run lists them, --include REASON replays them\n",
+			sum.Skipped, strings.Join(permanentReasons, ", "))
 	}
 	if interrupted {
 		return &exitError{Code: 1, Msg: fmt.Sprintf("dlq replay: interrupted after %d of %d dead letters", done, len(ds))}
@@ -810,7 +901,8 @@ func newDLQPurgeCmd() *cobra.Command {
 		Short: "delete dead letters, without asking",
 		Long: `Delete dead letters: --all (narrowed by --route) or by SEQ. Only what was
 listed when the command started is deleted; a dead letter stored meanwhile
-stays. It asks nothing and prints each deleted sequence, then a count.`,
+stays. It asks nothing and prints each deleted sequence, then a count. One
+audit line goes to stderr (who, when, what: filters, counts and sequences).`,
 		Example: `  bridge dlq purge --config config/quickstart.yaml 4 9
   bridge dlq purge --config config/quickstart.yaml --all --route all-events`,
 	}
@@ -824,7 +916,7 @@ stays. It asks nothing and prints each deleted sequence, then a count.`,
 	})
 }
 
-// purge deletes the selected dead letters.
+// purge deletes the selected dead letters, then writes the audit line.
 func purge(ctx context.Context, s *dlqSession, all bool, seqs []uint64, route string, stdout, stderr io.Writer) error {
 	// Only what was listed is deleted: a dead letter stored meanwhile
 	// stays (a stream purge by subject would take it unseen).
@@ -833,6 +925,12 @@ func purge(ctx context.Context, s *dlqSession, all bool, seqs []uint64, route st
 		return err
 	}
 	failed, deleted, interrupted := sel.failed, 0, false
+	var deletedSeqs []uint64
+	failedSeqs := sel.missing
+	defer func() {
+		newAudit("dlq purge").selection(all, seqs, route, "").count("deleted", deleted).count("failed", failed).
+			seqs("deleted_seqs", deletedSeqs).seqs("failed_seqs", failedSeqs).write(stderr)
+	}()
 	for _, d := range sel.ds {
 		if ctx.Err() != nil {
 			interrupted = true
@@ -844,9 +942,11 @@ func purge(ctx context.Context, s *dlqSession, all bool, seqs []uint64, route st
 		if err != nil {
 			fmt.Fprintln(stderr, failLine(err))
 			failed++
+			failedSeqs = append(failedSeqs, d.Seq)
 			continue
 		}
 		deleted++
+		deletedSeqs = append(deletedSeqs, d.Seq)
 		fmt.Fprintf(stdout, "deleted %d\n", d.Seq)
 	}
 	fmt.Fprintf(stdout, "deleted %d, failed %d\n", deleted, failed)

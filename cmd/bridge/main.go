@@ -81,7 +81,7 @@ func newRootCmd() *cobra.Command {
 		return cmdRun(o, c.OutOrStdout(), c.ErrOrStderr())
 	}
 	o.register(root.Flags())
-	root.AddCommand(newRunCmd(), newCheckCmd(), newReceiveCmd(), newDLQCmd(), newDemoCmd(), newHealthcheckCmd(), newVersionCmd())
+	root.AddCommand(newRunCmd(), newCheckCmd(), newReceiveCmd(), newDLQCmd(), newIdemCmd(), newDemoCmd(), newHealthcheckCmd(), newVersionCmd())
 	return root
 }
 
