@@ -2,9 +2,14 @@ package test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -105,4 +110,141 @@ func TestTracingConsoleExporterAlone(t *testing.T) {
 			}
 		})
 	}
+}
+
+// docCommands returns the commands of our programs in the ```sh block of
+// file that contains marker, with the block's comment lines.
+func docCommands(t *testing.T, file, marker string) (cmds [][]string, comments string) {
+	t.Helper()
+	for _, b := range readmeBlocks(t) {
+		if b.file != file || b.lang != "sh" || !strings.Contains(b.text, marker) {
+			continue
+		}
+		for _, line := range joinContinued(b.text) {
+			if strings.HasPrefix(line, "#") {
+				comments += line + "\n"
+				continue
+			}
+			cs, err := commands(line)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range cs {
+				if prog, args, ok := ourProgram(c.argv); ok {
+					cmds = append(cmds, append([]string{prog}, args...))
+				}
+			}
+		}
+		return cmds, comments
+	}
+	t.Fatalf("%s has no sh block with %q", file, marker)
+	return nil, ""
+}
+
+// flagValue is the value of --name in args.
+func flagValue(args []string, name string) string {
+	for i, a := range args {
+		if a == name && i+1 < len(args) {
+			return args[i+1]
+		}
+	}
+	return ""
+}
+
+// replaceArg is args with every old replaced by new.
+func replaceArg(args []string, old, new string) []string {
+	out := slices.Clone(args)
+	for i, a := range out {
+		if a == old {
+			out[i] = new
+		}
+	}
+	return out
+}
+
+// The dead-letter walkthrough of docs/operating.md, run as written after
+// README's "Try it" (their receivers' address moved to a free port, the
+// quickstart's NATS, store and admin through its variables): the rejecting
+// receiver takes the place of "Try it"'s on the same address once that one
+// is stopped, as the walkthrough says, the three events are dead-lettered,
+// and dlq list prints the walkthrough's table. Control: started while
+// "Try it"'s receiver still runs (what the walkthrough said before), the
+// rejecting receiver cannot listen.
+func TestDeadLetterWalkthroughAfterTryIt(t *testing.T) {
+	bin := readmeBinaries(t)
+	root := moduleRoot(t)
+	try, _ := docCommands(t, "README.md", "go run ./cmd/bridge receive --listen")
+	walk, comments := docCommands(t, "docs/operating.md", "--status 400")
+	if len(try) == 0 || try[0][0] != "bridge" || try[0][1] != "receive" || walk[0][0] != "bridge" || walk[0][1] != "receive" {
+		t.Fatalf("the blocks do not start with bridge receive: %q, %q", try, walk)
+	}
+	addr := flagValue(try[0], "--listen")
+	if got := flagValue(walk[0], "--listen"); got != addr {
+		t.Fatalf("the walkthrough's receiver listens on %s, Try it's (where the bridge delivers) on %s", got, addr)
+	}
+	if !strings.Contains(comments, `its receiver (terminal 1) stopped with Ctrl-C`) {
+		t.Errorf("the walkthrough does not say to stop Try it's receiver first:\n%s", comments)
+	}
+	recvAddr, natsAddr := freeAddr(t), freeAddr(t)
+	env := []string{"JETBRIDGE_NATS_LISTEN=" + natsAddr, "JETBRIDGE_STORE_DIR=" + t.TempDir(), "JETBRIDGE_ADMIN_LISTEN=" + freeAddr(t),
+		"JETBRIDGE_RECEIVER_URL=http://" + recvAddr + "/events"}
+	pubEnv := append(slices.Clone(env), "NATS_URL=nats://"+natsAddr) // publish's server (the docs' default, 127.0.0.1:4222, moved)
+	start := func(args []string) *child {
+		return startBridge(t, filepath.Join(bin, args[0]), replaceArg(args[1:], addr, recvAddr), env...)
+	}
+	listening := func(c *child) {
+		natstest.Eventually(t, readyTimeout, func() error {
+			c.failIfExited(t)
+			if !strings.Contains(c.stdout.String(), "receiving on http://"+recvAddr+"/") {
+				return fmt.Errorf("not listening yet: %q", c.stdout.String())
+			}
+			return nil
+		})
+	}
+	tryRecv := start(try[0])
+	listening(tryRecv)
+	b := startBridge(t, filepath.Join(bin, "bridge"), []string{"run", "--config", filepath.Join(root, "config", "quickstart.yaml")}, env...)
+	b.waitReady(t, "nats://"+natsAddr, "EVENTS")
+
+	// Control: both receivers at once.
+	clash := start(walk[0])
+	if code := clash.wait(t, readyTimeout); code != 1 || !strings.Contains(clash.stderr.String(), "the address is already in use") {
+		t.Fatalf("the rejecting receiver beside Try it's: exit %d, stderr %q; want exit 1, address in use", code, clash.stderr.String())
+	}
+
+	// The walkthrough: Ctrl-C in terminal 1, the rejecting receiver in its place.
+	if err := tryRecv.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := tryRecv.wait(t, readyTimeout); code != 0 {
+		t.Fatalf("Try it's receiver exited %d on Ctrl-C", code)
+	}
+	listening(start(walk[0]))
+	for _, c := range walk[1:] {
+		if c[0] != "publish" {
+			t.Fatalf("the walkthrough's block runs %q; the test knows receive and publish", c)
+		}
+		if out, code := runIn(root, pubEnv, filepath.Join(bin, "publish"), c[1:]...); code != 0 {
+			t.Fatalf("%q: exit %d\n%s", c, code, out)
+		}
+	}
+
+	// dlq list prints the table of the walkthrough, times aside.
+	var want string
+	for _, bl := range readmeBlocks(t) {
+		if bl.file == "docs/operating.md" && strings.HasPrefix(bl.text, "$ go run ./cmd/bridge dlq list --config config/quickstart.yaml\n") {
+			want, _, _ = strings.Cut(strings.TrimPrefix(bl.text, "$ go run ./cmd/bridge dlq list --config config/quickstart.yaml\n"), "$ ")
+		}
+	}
+	if want == "" {
+		t.Fatal("docs/operating.md has no dlq list transcript")
+	}
+	times := regexp.MustCompile(`[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z`)
+	natstest.Eventually(t, deliveryTimeout, func() error {
+		out, code := runIn(root, env, filepath.Join(bin, "bridge"), "dlq", "list", "--config", "config/quickstart.yaml")
+		if got := times.ReplaceAllString(out, "TIME"); code != 0 || got != times.ReplaceAllString(want, "TIME") {
+			return fmt.Errorf("dlq list: exit %d\n%s\nwant\n%s", code, out, want)
+		}
+		return nil
+	})
 }
