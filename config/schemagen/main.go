@@ -58,7 +58,7 @@ func main() {
 	}
 }
 
-// referencePattern matches a value holding a ${VAR} reference (docs/configuration.md#environment-variables).
+// referencePattern matches a value holding a ${VAR} reference (docs/configuration.md#the-file).
 const referencePattern = `\$\{[^}]+\}`
 
 // durationPattern matches what time.ParseDuration accepts.
