@@ -67,6 +67,16 @@ func TestTracingConsoleExporterAlone(t *testing.T) {
 			p.waitReadyz(t, http.StatusOK, readyTimeout)
 			srv.Publish(t, producer.Event{ID: "span-1", Type: "order.created", Payload: []byte(`{}`)})
 			rec.WaitEvent(t, "span-1")
+			natstest.WaitQuiet(t, srv.JetStream(), streamName, routeName, deliveryTimeout)
+			if tt.exporter == "console" { // the spans come while the bridge runs (a 50 ms batch delay)
+				natstest.Eventually(t, deliveryTimeout, func() error {
+					out := p.stdout.String()
+					if !strings.Contains(out, `{"Name":"process events.info.order.created",`) || !strings.Contains(out, `{"Name":"POST",`) {
+						return fmt.Errorf("no delivery and request spans yet")
+					}
+					return nil
+				})
+			}
 			p.term(t)
 			if code := p.wait(t, 30*time.Second); code != 0 {
 				t.Fatalf("exit %d", code)
