@@ -31,6 +31,7 @@ import (
 	"path"
 	"path/filepath"
 	"reflect"
+	"strings"
 
 	"github.com/invopop/jsonschema"
 
@@ -197,6 +198,7 @@ func post(s *jsonschema.Schema, t reflect.Type) {
 			continue
 		}
 		post(pair.Value, f.Type)
+		pair.Value.Description = describe(pair.Value.Description, f.Name, pair.Key)
 		if vals, ok := enums[t][pair.Key]; ok {
 			desc := pair.Value.Description
 			*pair.Value = jsonschema.Schema{Description: desc, AnyOf: []*jsonschema.Schema{{Type: "string", Enum: vals}, reference()}}
@@ -208,6 +210,16 @@ func post(s *jsonschema.Schema, t reflect.Type) {
 			*pair.Value = jsonschema.Schema{Description: desc, AnyOf: []*jsonschema.Schema{&v, {Type: "null"}}}
 		}
 	}
+}
+
+// describe turns a field's doc comment into its key's description: a
+// comment that starts with the Go field's name starts with the key
+// instead, and Go's nil (an absent block) reads "absent".
+func describe(doc, field, key string) string {
+	if rest, ok := strings.CutPrefix(doc, field+" "); ok {
+		doc = key + " " + rest
+	}
+	return strings.ReplaceAll(doc, "nil: ", "absent: ")
 }
 
 // fieldOf is the field of struct t (inline ones included) whose yaml key
