@@ -147,7 +147,10 @@ func TestLinesAfterResolving(t *testing.T) {
 	yml := "nats:\n  url: nats://127.0.0.1:4222\n  user: bridge\n  password: ${file:multi}\n  token: |\n    ${MULTI}\n" +
 		minimal + "    max_deliver: 0\n    ack_wait: ${MULTI}\n"
 	_, err := loadWith([]byte(yml), filepath.Join(dir, "b.yaml"), lookupIn(map[string]string{"MULTI": "1\n2\n3"}))
-	want := filepath.Join(dir, "b.yaml") + ":15: routes[0].ack_wait: the value of ${MULTI} is not a Go duration such as 250ms or 2m"
+	// Every problem of the file, each on its line.
+	want := filepath.Join(dir, "b.yaml") + ":5: nats.token: cannot be combined with nats.user: set at most one of creds_file, nkey_seed_file, user+password, token\n" +
+		filepath.Join(dir, "b.yaml") + ":14: routes[0].max_deliver: must be at least 1, got 0\n" +
+		filepath.Join(dir, "b.yaml") + ":15: routes[0].ack_wait: the value of ${MULTI} is not a Go duration such as 250ms or 2m"
 	if err == nil || err.Error() != want {
 		t.Fatalf("got  %v\nwant %s", err, want)
 	}

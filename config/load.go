@@ -136,7 +136,7 @@ func loadWith(data []byte, source string, lookup func(string) (string, bool)) (*
 		return nil, &ValidationError{Errors: idx.problems}
 	}
 	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, &ValidationError{Errors: idx.decodeErrors(err, source, data)}
+		return nil, &ValidationError{Errors: doc.withValidation(idx.decodeErrors(err, source, data), err, source)}
 	}
 	cfg := doc.cfg
 	for name, d := range cfg.Destinations {
@@ -161,8 +161,9 @@ func loadWith(data []byte, source string, lookup func(string) (string, bool)) (*
 // the decoder of the text, rather than with yaml.Node.Decode, is what keeps
 // unknown keys errors (yaml.Node.Decode is not strict).
 type document struct {
-	cfg Config
-	idx *index
+	cfg  Config
+	idx  *index
+	root *yaml.Node // the resolved tree, for withValidation
 }
 
 // errExpansion stops decoding after a reference could not be resolved;
@@ -178,6 +179,7 @@ func (d *document) UnmarshalYAML(unmarshal func(any) error) error {
 		return err
 	}
 	d.idx.walk(root.n, "")
+	d.root = root.n
 	if len(d.idx.problems) > 0 {
 		return errExpansion
 	}
@@ -319,6 +321,9 @@ func (idx *index) decodeErrors(err error, source string, data []byte) []*FieldEr
 		}
 		p, fromRef := idx.pathAt(fe.Line, key, kind, value)
 		fe.Path = p.path
+		if key != "" && strings.HasPrefix(fe.Msg, "unknown key ") {
+			fe.Msg += didYouMean(fe.Path)
+		}
 		switch {
 		case fromRef && p.from != "":
 			fe.Msg = p.from + " is not " + want

@@ -118,12 +118,12 @@ func TestUnknownKeys(t *testing.T) {
 		name, yml, want string
 	}{
 		{"top level", minimal + "extra: 1\n", `test.yaml:8: extra: unknown key "extra"`},
-		{"nested struct", "stream:\n  nme: X\n" + minimal, `test.yaml:2: stream.nme: unknown key "nme"`},
+		{"nested struct", "stream:\n  nme: X\n" + minimal, `test.yaml:2: stream.nme: unknown key "nme"; did you mean "name"?`},
 		{"inside destination", strings.Replace(minimal, "    url:", "    urls: x\n    url:", 1),
-			`test.yaml:3: destinations.hook.urls: unknown key "urls"`},
+			`test.yaml:3: destinations.hook.urls: unknown key "urls"; did you mean "url"?`},
 		{"inside destination struct", strings.Replace(minimal, "    url:", "    transport_retry: {cnt: 1}\n    url:", 1),
 			`test.yaml:3: destinations.hook.transport_retry.cnt: unknown key "cnt"`},
-		{"inside route", minimal + "    subject: x\n", `test.yaml:8: routes[0].subject: unknown key "subject"`},
+		{"inside route", minimal + "    subject: x\n", `test.yaml:8: routes[0].subject: unknown key "subject"; did you mean "subjects"?`},
 		{"inside second route", minimal + "  - name: s\n    subjects: [events.info.>]\n    destination: hook\n    retry: 1\n",
 			`test.yaml:11: routes[1].retry: unknown key "retry"`},
 	}
@@ -367,7 +367,8 @@ func TestTypeErrorsNamePath(t *testing.T) {
 	}{
 		{"scalar for int", minimal + "    max_in_flight: many\n", "test.yaml:8: routes[0].max_in_flight: want an integer, got a string"},
 		{"mapping for int", minimal + "    max_deliver:\n      a: 1\n", "test.yaml:9: routes[0].max_deliver: want an integer, got a mapping"},
-		{"flow mapping for string", minimal + "  - name: {a: 1}\n", "test.yaml:8: routes[1].name: want a string, got a mapping"},
+		{"flow mapping for string", minimal + "  - name: {a: 1}\n", "test.yaml:8: routes[1].name: want a string, got a mapping\n" +
+			"test.yaml:8: routes[1].subjects: must list at least one subject\ntest.yaml:8: routes[1].destination: is required"},
 		{"scalar for list", "stream: {subjects: events.>}\n" + minimal, "test.yaml:1: stream.subjects: want a list, got a string"},
 		{"scalar for route", "routes: [r]\ndestinations: {}\n", "test.yaml:1: routes[0]: want a mapping, got a string"},
 	}

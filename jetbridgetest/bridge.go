@@ -73,8 +73,9 @@ type Bridge struct {
 	js   jetstream.JetStream
 	b    *bridge.Bridge
 	logs *natstest.Buffer
-	// timeout of the waits: Timeout; the kit's tests shorten it.
-	timeout time.Duration
+	// timeout of the waits: Timeout unless WithBridgeWaitTimeout or
+	// SetWaitTimeout.
+	timeout *waitTimeout
 
 	cancel   context.CancelFunc
 	done     chan error // Run's result, buffered
@@ -84,17 +85,37 @@ type Bridge struct {
 	settled *record[bridge.Settled]
 }
 
+// BridgeOption configures StartBridge.
+type BridgeOption func(*Bridge)
+
+// WithBridgeWaitTimeout makes the bridge's waits (WaitSettled, WaitEvent,
+// WaitQuiet, WaitDeadLetters) fail after d instead of Timeout; d <= 0
+// means Timeout. Starting the bridge itself is still bounded by Timeout.
+func WithBridgeWaitTimeout(d time.Duration) BridgeOption {
+	return func(k *Bridge) { k.timeout.set(d) }
+}
+
+// SetWaitTimeout changes the timeout of the waits that start from now on
+// (WithBridgeWaitTimeout); d <= 0 restores Timeout.
+func (k *Bridge) SetWaitTimeout(d time.Duration) { k.timeout.set(d) }
+
+// WaitTimeout is the timeout of the bridge's waits.
+func (k *Bridge) WaitTimeout() time.Duration { return k.timeout.get() }
+
 // StartBridge starts a bridge with cfg on a new connection to srv and
 // returns once it has provisioned its streams and consumers and pulls.
 // Stopping it (Stop, or t.Cleanup) waits for in-flight attempts up to the
 // configuration's shutdown_timeout: set it short (e.g. 100ms) when the
 // receiver hangs.
-func StartBridge[C Config](t testing.TB, srv *Server, cfg C) *Bridge {
+func StartBridge[C Config](t testing.TB, srv *Server, cfg C, opts ...BridgeOption) *Bridge {
 	t.Helper()
 	c := loadConfig(t, cfg)
 	_, js := srv.Connect(t)
-	k := &Bridge{cfg: c, js: js, logs: &natstest.Buffer{}, timeout: Timeout, done: make(chan error, 1),
+	k := &Bridge{cfg: c, js: js, logs: &natstest.Buffer{}, timeout: newWaitTimeout(Timeout), done: make(chan error, 1),
 		settled: newRecord(func(s bridge.Settled) bridge.Settled { return s })}
+	for _, o := range opts {
+		o(k)
+	}
 	b, err := bridge.New(c, js, bridge.Options{
 		Logger:   zerolog.New(k.logs).Level(zerolog.DebugLevel).With().Timestamp().Logger(),
 		OnSettle: k.settled.add,
@@ -213,7 +234,7 @@ func (k *Bridge) WaitEvent(t testing.TB, id string) bridge.Settled {
 
 func (k *Bridge) wait(t testing.TB, what string, cond func([]bridge.Settled) bool) []bridge.Settled {
 	t.Helper()
-	return k.settled.wait(t, k.timeout, what, cond, describeSettled)
+	return k.settled.wait(t, k.timeout.get(), what, cond, describeSettled)
 }
 
 // describeSettled lists settlements for a failure message.
@@ -236,7 +257,8 @@ func describeSettled(all []bridge.Settled) string {
 // the consumers' counts.
 func (k *Bridge) WaitQuiet(t testing.TB) {
 	t.Helper()
-	err := natstest.Poll(k.timeout, func() error {
+	timeout := k.timeout.get()
+	err := natstest.Poll(timeout, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 		defer cancel()
 		for _, r := range k.cfg.Routes {
@@ -252,7 +274,7 @@ func (k *Bridge) WaitQuiet(t testing.TB) {
 		return nil
 	})
 	if err != nil {
-		t.Fatalf("jetbridgetest: bridge not quiet within %s: %v", k.timeout, err)
+		t.Fatalf("jetbridgetest: bridge not quiet within %s: %v", timeout, err)
 	}
 }
 
@@ -279,7 +301,8 @@ func (k *Bridge) deadLetters() ([]deadletter.Message, error) {
 func (k *Bridge) WaitDeadLetters(t testing.TB, n int) []deadletter.Message {
 	t.Helper()
 	var got []deadletter.Message
-	err := natstest.Poll(k.timeout, func() error {
+	timeout := k.timeout.get()
+	err := natstest.Poll(timeout, func() error {
 		d, err := k.deadLetters()
 		if err != nil {
 			return err
@@ -291,7 +314,7 @@ func (k *Bridge) WaitDeadLetters(t testing.TB, n int) []deadletter.Message {
 		return nil
 	})
 	if err != nil {
-		t.Fatalf("jetbridgetest: want %d dead letters within %s: %v; %s", n, k.timeout, err, describeSettled(k.Settlements()))
+		t.Fatalf("jetbridgetest: want %d dead letters within %s: %v; %s", n, timeout, err, describeSettled(k.Settlements()))
 	}
 	return got
 }

@@ -15,7 +15,10 @@
 //   - waits (Receiver.WaitCount, Receiver.WaitEvent, Bridge.WaitSettled,
 //     Bridge.WaitEvent, Bridge.WaitQuiet, Bridge.WaitDeadLetters) block on
 //     the condition, not on the clock, and fail the test after Timeout
-//     listing what they saw so far. A method that can fail the test takes
+//     (or the receiver's or bridge's own wait timeout: WithWaitTimeout,
+//     WithBridgeWaitTimeout, SetWaitTimeout) listing what they saw so far;
+//     Receiver.AssertNoneWithin and AssertNoEventWithin fail it as soon as
+//     a request arrives within a window. A method that can fail the test takes
 //     the test as its first argument, so it can be called from a subtest.
 //
 // The kit's connections (Server.JetStream, Server.Conn, Server.Connect, and

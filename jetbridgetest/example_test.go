@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/sotercare/jetbridge/deadletter"
 	"github.com/sotercare/jetbridge/jetbridgetest"
@@ -90,6 +91,33 @@ routes:
 	dl := b.WaitDeadLetters(t, 1)[0]
 	fmt.Println(dl.EventID, dl.Reason, dl.Status, string(dl.Data), dl.Reason == deadletter.ReasonRejected, rec.Count())
 	// Output: bad-1 rejected 422 {"order":-1} true 1
+}
+
+// A test that something does not arrive: a producer's retry with the
+// same event id is stored once (a duplicate) and delivered once. The waits
+// fail after 5 s instead of Timeout, and AssertNoneWithin fails the test
+// if any request arrives in the next 200 ms.
+func Example_nothingArrives() {
+	t := newExampleT() // in a real test: func TestRetryIsDeliveredOnce(t *testing.T)
+	defer t.finish()
+
+	srv := jetbridgetest.NewServer(t)
+	rec := jetbridgetest.NewReceiver(t, jetbridgetest.WithWaitTimeout(5*time.Second))
+	jetbridgetest.StartBridge(t, srv, fmt.Sprintf(`
+destinations:
+  orders: {url: %s/orders}
+routes:
+  - {name: orders, subjects: ["events.>"], destination: orders}
+`, rec.URL()), jetbridgetest.WithBridgeWaitTimeout(5*time.Second))
+
+	ev := producer.Event{ID: "order-7", Type: "order.created", Payload: []byte(`{"order":7}`)}
+	srv.Publish(t, ev)
+	rec.WaitEvent(t, "order-7")
+	again := srv.Publish(t, ev) // the producer's retry
+
+	rec.AssertNoneWithin(t, 200*time.Millisecond)
+	fmt.Println(again.Duplicate, len(rec.Events("order-7")))
+	// Output: true 1
 }
 
 // exampleT is the testing.TB the examples run with, because an Example

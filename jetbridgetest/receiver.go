@@ -133,6 +133,13 @@ func WithSecret(secrets ...string) ReceiverOption {
 	return func(r *Receiver) { r.secrets = append(r.secrets, secrets...) }
 }
 
+// WithWaitTimeout makes the receiver's waits (WaitCount, WaitEvent) fail
+// after d instead of Timeout: a test that expects its requests within a
+// second fails in a second, not 20. d <= 0 means Timeout.
+func WithWaitTimeout(d time.Duration) ReceiverOption {
+	return func(r *Receiver) { r.timeout.set(d) }
+}
+
 // Receiver is a recording HTTP destination on 127.0.0.1, answering each
 // request as its Script says; it is closed in t.Cleanup. Every request is
 // recorded on arrival, before it is answered. It is safe for concurrent
@@ -141,17 +148,18 @@ type Receiver struct {
 	sink    *sinktest.Sink
 	secrets []string
 	keys    [][]byte
-	timeout time.Duration // of the waits: Timeout; the kit's tests shorten it
+	timeout *waitTimeout // of the waits: Timeout unless WithWaitTimeout or SetWaitTimeout
 	reqs    *record[Request]
 
 	mu     sync.Mutex
 	script Script
 }
 
-// NewReceiver starts a receiver answering 200 (or as WithScript says).
+// NewReceiver starts a receiver answering 200 (or as WithScript says);
+// its waits fail after Timeout unless WithWaitTimeout says otherwise.
 func NewReceiver(t testing.TB, opts ...ReceiverOption) *Receiver {
 	t.Helper()
-	r := &Receiver{reqs: newRecord(Request.clone), timeout: Timeout}
+	r := &Receiver{reqs: newRecord(Request.clone), timeout: newWaitTimeout(Timeout)}
 	for _, opt := range opts {
 		opt(r)
 	}
@@ -216,9 +224,35 @@ func (r *Receiver) WaitEvent(t testing.TB, id string) Request {
 	return reqs[slices.IndexFunc(reqs, is)]
 }
 
+// SetWaitTimeout changes the timeout of the waits that start from now on
+// (WithWaitTimeout); d <= 0 restores Timeout. WaitTimeout is the current
+// one.
+func (r *Receiver) SetWaitTimeout(d time.Duration) { r.timeout.set(d) }
+
+// WaitTimeout is the timeout of the receiver's waits.
+func (r *Receiver) WaitTimeout() time.Duration { return r.timeout.get() }
+
+// AssertNoneWithin fails the test, listing what came, as soon as a request
+// arrives within d from now; requests that arrived before the call do not
+// count. It returns after d when none did: it always takes d, so keep d as
+// short as the test allows (what must not be delivered at all, e.g. an
+// event filtered out or a duplicate, is usually asserted after a later
+// event that was delivered, with a short d).
+func (r *Receiver) AssertNoneWithin(t testing.TB, d time.Duration) {
+	t.Helper()
+	r.reqs.none(t, d, "a request arrived at the receiver", func(Request) bool { return true }, describeRequests)
+}
+
+// AssertNoEventWithin is AssertNoneWithin for the requests carrying event
+// id: other requests may arrive.
+func (r *Receiver) AssertNoEventWithin(t testing.TB, id string, d time.Duration) {
+	t.Helper()
+	r.reqs.none(t, d, "a request for event "+id+" arrived at the receiver", func(q Request) bool { return q.EventID() == id }, describeRequests)
+}
+
 func (r *Receiver) wait(t testing.TB, what string, cond func([]Request) bool) []Request {
 	t.Helper()
-	return r.reqs.wait(t, r.timeout, what, cond, describeRequests)
+	return r.reqs.wait(t, r.timeout.get(), what, cond, describeRequests)
 }
 
 // describeRequests lists requests for a failure message: ids, attempts and

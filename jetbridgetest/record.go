@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -67,6 +68,59 @@ func (r *record[T]) wait(t testing.TB, timeout time.Duration, what string, cond 
 			t.Fatalf("jetbridgetest: no %s within %s; %s", what, timeout, describe(r.all()))
 		}
 	}
+}
+
+// none fails the test as soon as an item that match accepts is added
+// within window from now (items added before the call do not count):
+// "<what> within <window>, where none should; <describe(those items)>".
+// It returns once window has passed without one.
+func (r *record[T]) none(t testing.TB, window time.Duration, what string, match func(T) bool, describe func([]T) string) {
+	t.Helper()
+	r.mu.Lock()
+	from := len(r.items)
+	r.mu.Unlock()
+	timer := time.NewTimer(window)
+	defer timer.Stop()
+	for {
+		r.mu.Lock()
+		var hits []T
+		for _, v := range r.items[from:] {
+			if match(v) {
+				hits = append(hits, r.clone(v))
+			}
+		}
+		changed := r.changed
+		r.mu.Unlock()
+		if len(hits) > 0 {
+			t.Fatalf("jetbridgetest: %s within %s, where none should; %s", what, window, describe(hits))
+			return
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return
+		}
+	}
+}
+
+// waitTimeout is the timeout of a Receiver's or Bridge's waits, safe to
+// change while another goroutine reads it.
+type waitTimeout struct{ d atomic.Int64 }
+
+func newWaitTimeout(d time.Duration) *waitTimeout {
+	w := &waitTimeout{}
+	w.set(d)
+	return w
+}
+
+func (w *waitTimeout) get() time.Duration { return time.Duration(w.d.Load()) }
+
+// set changes the timeout; d <= 0 restores Timeout.
+func (w *waitTimeout) set(d time.Duration) {
+	if d <= 0 {
+		d = Timeout
+	}
+	w.d.Store(int64(d))
 }
 
 // maxListed bounds the items a failure message lists.

@@ -48,7 +48,8 @@ routes: [{name: r, subjects: ["events.>"], destination: receiver}]
 	}
 	b.WaitEvent(t, "seen-1")
 
-	rec.timeout, b.timeout = 50*time.Millisecond, 50*time.Millisecond
+	rec.SetWaitTimeout(50 * time.Millisecond)
+	b.SetWaitTimeout(50 * time.Millisecond)
 	for name, fn := range map[string]func(testing.TB){
 		"WaitCount":          func(tb testing.TB) { rec.WaitCount(tb, 2) },
 		"Receiver.WaitEvent": func(tb testing.TB) { rec.WaitEvent(tb, "never") },

@@ -22,9 +22,10 @@ func newCheckCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "check",
 		Short: "validate the configuration and print the routing table",
-		Long: `Validate a configuration file (every problem on its own line, naming the key
-and the line) and print the routing table: routes, subjects, destinations
-and their policies. Secrets are never printed. Exit 0 when valid, 2 when
+		Long: `Validate a configuration file (every problem at once, each on its own line
+naming the key and the line; an unknown key with the nearest known one) and
+print the routing table: routes, subjects, destinations and their
+policies. Secrets are never printed. Exit 0 when valid, 2 when
 not; warnings (unverified TLS, an admin listener open to other hosts) do
 not change the exit code.`,
 		Example: `  bridge check --config config/quickstart.yaml

@@ -53,7 +53,7 @@ are counted apart. It needs no configuration.`,
 		RunE: func(c *cobra.Command, _ []string) error { return cmdReceive(o, c.OutOrStdout(), c.ErrOrStderr()) },
 	}
 	f := c.Flags()
-	f.StringVarP(&o.listen, "listen", "l", "127.0.0.1:9090", "address to listen on")
+	f.StringVarP(&o.listen, "listen", "l", "127.0.0.1:9090", "address to listen on: HOST:PORT, or a bare PORT for 127.0.0.1:PORT")
 	f.IntVar(&o.status, "status", http.StatusAccepted, "status to answer")
 	f.Float64Var(&o.failRate, "fail-rate", 0, "share of requests (0..1) answered 503 instead")
 	f.StringVar(&o.secret, "secret", "", "Standard Webhooks signing secret (whsec_...): verify signatures")
@@ -72,6 +72,10 @@ func cmdReceive(o receiveOptions, stdout, stderr io.Writer) error {
 	case o.delay < 0:
 		return usageErr("--delay %s: must not be negative", o.delay)
 	}
+	listen, err := receiveListenAddr(o.listen)
+	if err != nil {
+		return err
+	}
 	rc := &receiver{status: o.status, failRate: o.failRate, verbose: o.verbose && !o.json, delay: o.delay,
 		out: stdout, json: o.json, color: !o.json && cli.IsTerminal(stdout)}
 	if o.secret != "" {
@@ -85,9 +89,9 @@ func cmdReceive(o receiveOptions, stdout, stderr io.Writer) error {
 	if o.json {
 		info = stderr
 	}
-	ln, err := net.Listen("tcp", o.listen)
+	ln, err := net.Listen("tcp", listen)
 	if err != nil {
-		return listenErr("--listen", o.listen, err)
+		return listenErr("--listen", listen, err)
 	}
 	ctx, stop := signalContext()
 	defer stop()
@@ -107,6 +111,29 @@ func cmdReceive(o receiveOptions, stdout, stderr io.Writer) error {
 	<-errc
 	fmt.Fprintln(info, rc.summary())
 	return nil
+}
+
+// receiveListenAddr is the address of receive --listen: HOST:PORT as
+// given (":PORT" binds every interface, as in Go), or a bare PORT, which
+// means 127.0.0.1:PORT (loopback, like the default). Anything else is bad
+// usage naming the forms (docs/operating.md#commands).
+func receiveListenAddr(listen string) (string, error) {
+	if n, err := strconv.Atoi(listen); err == nil {
+		if n < 0 || n > 65535 {
+			return "", usageErr("--listen %q: not a port (0 to 65535); want HOST:PORT or PORT, e.g. 127.0.0.1:9090 or 9090", listen)
+		}
+		return net.JoinHostPort("127.0.0.1", listen), nil
+	}
+	if _, port, err := net.SplitHostPort(listen); err != nil || !validPort(port) {
+		return "", usageErr("--listen %q: want HOST:PORT or PORT, e.g. 127.0.0.1:9090 or 9090", listen)
+	}
+	return listen, nil
+}
+
+// validPort reports whether p is a port number from 0 to 65535.
+func validPort(p string) bool {
+	n, err := strconv.Atoi(p)
+	return err == nil && n >= 0 && n <= 65535 && p == strconv.Itoa(n)
 }
 
 // listenErr explains a listen failure; an address in use names the flag

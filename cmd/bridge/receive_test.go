@@ -96,3 +96,31 @@ func TestReceiveListenInUse(t *testing.T) {
 	stderr := runFails(t, 1, "receive", "--listen", addr)
 	wantAll(t, "stderr", stderr, "--listen "+addr+": the address is already in use", "pick another port with --listen")
 }
+
+// --listen takes HOST:PORT or a bare PORT, which means 127.0.0.1:PORT:
+// a taken port given bare is reported as the loopback address it tried.
+// Any other form is bad usage (exit 2) naming both forms.
+func TestReceiveListenForms(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://") // 127.0.0.1:PORT
+	_, port, _ := strings.Cut(addr, ":")
+	if got := runFails(t, 1, "receive", "--listen", port); got != "bridge: --listen "+addr+": the address is already in use (another bridge receive, or another program?); stop it or pick another port with --listen\n" {
+		t.Errorf("--listen %s (taken on 127.0.0.1): %q", port, got)
+	}
+	for _, tt := range []struct{ listen, want string }{
+		{"localhost", `bridge: --listen "localhost": want HOST:PORT or PORT, e.g. 127.0.0.1:9090 or 9090` + "\n"},
+		{"127.0.0.1:http", `bridge: --listen "127.0.0.1:http": want HOST:PORT or PORT, e.g. 127.0.0.1:9090 or 9090` + "\n"},
+		{"70000", `bridge: --listen "70000": not a port (0 to 65535); want HOST:PORT or PORT, e.g. 127.0.0.1:9090 or 9090` + "\n"},
+		{"127.0.0.1:70000", `bridge: --listen "127.0.0.1:70000": want HOST:PORT or PORT, e.g. 127.0.0.1:9090 or 9090` + "\n"},
+	} {
+		if got := runFails(t, 2, "receive", "--listen", tt.listen); got != tt.want {
+			t.Errorf("--listen %s:\n got %q\nwant %q", tt.listen, got, tt.want)
+		}
+	}
+	for in, want := range map[string]string{"9090": "127.0.0.1:9090", "0": "127.0.0.1:0", ":9090": ":9090", "[::1]:9090": "[::1]:9090"} {
+		if got, err := receiveListenAddr(in); got != want || err != nil {
+			t.Errorf("receiveListenAddr(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+}

@@ -62,13 +62,22 @@ func tracingEnvWarnings(cfg *config.Config) []configWarning {
 	return out
 }
 
+// tracingLine is the start-up line of each exporter (export.Exporter):
+// it says where the spans go, or that tracing is off.
+var tracingLine = map[string]string{
+	export.ExporterNone:    "tracing off (docs/tracing.md)",
+	export.ExporterOTLP:    "tracing on: spans exported over OTLP (docs/tracing.md)",
+	export.ExporterConsole: "tracing on: spans printed on standard output, one JSON object each (OTEL_TRACES_EXPORTER=console; docs/tracing.md)",
+}
+
 // startTracing builds the tracer provider of docs/tracing.md (nil when
 // tracing is off). OpenTelemetry's error handler and internal logger are
 // the bridge's before anything is built (export.InstallHandlers): errors
 // and the SDK's warnings are logged without header values or other
 // values (the exporter headers are secrets). A malformed OTEL_* value is
 // a configuration error (exit 2); cmdRun has already refused it
-// (tracingEnvErr) before connecting to NATS.
+// (tracingEnvErr) before connecting to NATS. It logs one line naming the
+// exporter in use ("exporter": otlp, console or none).
 func startTracing(ctx context.Context, cfg *config.Config, reg prometheus.Registerer, log zerolog.Logger) (*export.Provider, error) {
 	p, err := export.Setup(ctx, export.Settings{
 		Endpoint:   cfg.Tracing.Endpoint.Value(),
@@ -79,8 +88,6 @@ func startTracing(ctx context.Context, cfg *config.Config, reg prometheus.Regist
 	if err != nil {
 		return nil, &exitError{Code: 2, Msg: "tracing: " + err.Error()}
 	}
-	if p != nil {
-		log.Info().Msg("tracing on: spans exported over OTLP (docs/tracing.md)")
-	}
+	log.Info().Str("exporter", p.Exporter()).Msg(tracingLine[p.Exporter()])
 	return p, nil
 }

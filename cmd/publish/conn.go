@@ -13,7 +13,6 @@ import (
 	"github.com/sotercare/jetbridge/config"
 	"github.com/sotercare/jetbridge/internal/cli"
 	"github.com/sotercare/jetbridge/producer"
-	"github.com/sotercare/jetbridge/tracing"
 )
 
 // connName is the client connection name the server shows.
@@ -128,7 +127,7 @@ func connect(o *options) (*conn, error) {
 		return nil, c.scrub(fmt.Errorf("JetStream at %s: %w", redactURL(o.url), err))
 	}
 	// The trace of $TRACEPARENT travels with each event (docs/tracing.md).
-	c.nc, c.pub = nc, producer.NewPublisher(js, o.root, producer.WithHeaders(tracing.InjectEnvironment))
+	c.nc, c.pub = nc, producer.NewPublisher(js, o.root, producer.WithHeaders(headerHook(o.header)))
 	return c, nil
 }
 

@@ -20,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -34,6 +35,10 @@ application/json; without PAYLOAD or --file it is {}. A payload that is not
 JSON is stored with a warning on stderr: routes with format: envelope
 dead-letter it. Flags may come before or after PAYLOAD; use -- before a
 PAYLOAD that starts with "-".
+
+-H Key:Value adds a NATS header to every event, as nats pub -H does
+(repeatable; a key given twice keeps both values). It cannot set the headers
+publish sets itself (Nats-Msg-Id, Event-*, Content-Type, traceparent).
 
 The server is, in this order: -s/--server, $NATS_URL, nats://127.0.0.1:4222.
 
@@ -57,7 +62,7 @@ const example = `  publish --type sensor.fall --severity critical --id fall-42 -
     prints: stored events.critical.sensor.fall id=fall-42 stream=EVENTS seq=1
   publish --subject events.info.order.created --file examples/order.json --json
   publish --jsonl examples/events.jsonl
-  publish -s nats://127.0.0.1:4222 --type order.created --jsonl - < examples/events.jsonl`
+  publish -s nats://127.0.0.1:4222 -H X-Tenant:acme --jsonl - < examples/events.jsonl`
 
 // defaultURL is the server when neither --url nor $NATS_URL is set.
 const defaultURL = "nats://127.0.0.1:4222"
@@ -89,6 +94,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 type options struct {
 	url, subject, typ, severity, root, id string
 	meta                                  []string // K=V as given
+	headers                               []string // -H Key:Value as given
+	header                                nats.Header
 	file, jsonl                           string
 	json                                  bool
 	auth                                  authFlags
@@ -115,6 +122,7 @@ func newCmd(stdin io.Reader) *cobra.Command {
 	f.StringVar(&o.root, "root", "events", "subject root")
 	f.StringVar(&o.id, "id", "", "event id: sent as Nats-Msg-Id and Event-Id (default: a new unique id)")
 	f.StringArrayVar(&o.meta, "meta", nil, "event metadata K=V, repeatable (sent as Event-Meta-K)")
+	f.StringArrayVarP(&o.headers, "header", "H", nil, "a NATS header Key:Value, repeatable, as nats pub -H (every event)")
 	f.StringVar(&o.file, "file", "", "payload from a file, or - for stdin, instead of PAYLOAD")
 	f.StringVar(&o.jsonl, "jsonl", "", "many events from a file (or - for stdin), one JSON object per line")
 	f.BoolVar(&o.json, "json", false, "print one JSON result per event")
@@ -128,6 +136,10 @@ func publish(o *options, pos []string, stdin io.Reader, stdout, stderr io.Writer
 		return err
 	}
 	if err := o.auth.check(); err != nil {
+		return err
+	}
+	var err error
+	if o.header, err = parseHeaders(o.headers); err != nil {
 		return err
 	}
 	if o.jsonl != "" {

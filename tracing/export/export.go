@@ -78,20 +78,43 @@ type Settings struct {
 // Provider is a running tracer provider. The zero *Provider (tracing off)
 // is valid: TracerProvider returns nil and Shutdown does nothing.
 type Provider struct {
-	tp      *sdktrace.TracerProvider
-	gate    *gate
-	dropped prometheus.Counter
+	exporter string
+	tp       *sdktrace.TracerProvider
+	gate     *gate
+	dropped  prometheus.Counter
 }
 
-// Enabled reports whether Setup would build a provider: an OTLP endpoint
-// is set (by a variable or s.Endpoint), OTEL_SDK_DISABLED is not true and
-// OTEL_TRACES_EXPORTER is not none.
-func Enabled(s Settings) bool {
-	if strings.EqualFold(os.Getenv("OTEL_SDK_DISABLED"), "true") || os.Getenv("OTEL_TRACES_EXPORTER") == "none" {
-		return false
+// The exporters Exporter names.
+const (
+	ExporterNone    = "none"    // tracing off
+	ExporterOTLP    = "otlp"    // OTLP over HTTP/protobuf or gRPC
+	ExporterConsole = "console" // one JSON object per span on standard output
+)
+
+// Exporter names the exporter Setup would build: none when
+// OTEL_SDK_DISABLED is true or OTEL_TRACES_EXPORTER is none; console or
+// otlp when OTEL_TRACES_EXPORTER names one (console needs no endpoint;
+// otlp alone uses the OTLP default, http://localhost:4318); otherwise otlp
+// when an endpoint is set (by a variable or s.Endpoint), else none. A
+// value of OTEL_TRACES_EXPORTER that is none of these is ignored here
+// (CheckEnv reports it).
+func Exporter(s Settings) string {
+	if strings.EqualFold(os.Getenv("OTEL_SDK_DISABLED"), "true") {
+		return ExporterNone
 	}
-	return envEndpoint() || s.Endpoint != ""
+	switch v := os.Getenv("OTEL_TRACES_EXPORTER"); v {
+	case ExporterNone, ExporterOTLP, ExporterConsole:
+		return v
+	}
+	if envEndpoint() || s.Endpoint != "" {
+		return ExporterOTLP
+	}
+	return ExporterNone
 }
+
+// Enabled reports whether Setup would build a provider: Exporter is not
+// none.
+func Enabled(s Settings) bool { return Exporter(s) != ExporterNone }
 
 func envEndpoint() bool {
 	return os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
@@ -118,7 +141,8 @@ func Setup(ctx context.Context, s Settings) (*Provider, error) {
 	if n, err := strconv.Atoi(os.Getenv("OTEL_BSP_MAX_QUEUE_SIZE")); err == nil { // checked: > 0
 		queue = n
 	}
-	exp, err := newExporter(ctx, s.Endpoint)
+	name := Exporter(s)
+	exp, err := newExporter(ctx, name, s.Endpoint)
 	if err != nil {
 		return nil, err
 	}
@@ -131,7 +155,7 @@ func Setup(ctx context.Context, s Settings) (*Provider, error) {
 	if err != nil { // CheckEnv has seen the variables' form; the error may quote them
 		return nil, errors.New("OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME: the resource could not be built")
 	}
-	p := &Provider{dropped: prometheus.NewCounter(prometheus.CounterOpts{
+	p := &Provider{exporter: name, dropped: prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "bridge_trace_spans_dropped_total",
 		Help: "Spans dropped because the export queue was full (collector slow or down).",
 	})}
@@ -150,24 +174,26 @@ func Setup(ctx context.Context, s Settings) (*Provider, error) {
 	return p, nil
 }
 
-// newExporter is the exporter the variables name (OTEL_TRACES_EXPORTER:
-// otlp, the default, or console), or an OTLP exporter for the configured
-// endpoint when no variable names one. OTLP goes over the protocol of
-// OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL; the exporters read their other
-// OTEL_EXPORTER_OTLP_* variables themselves. (contrib's autoexport does
-// the same choice but links the metric and log exporters too: 2 MB of
-// binary and 1.4 MB of resident memory in every bridge process.)
-func newExporter(ctx context.Context, endpoint string) (sdktrace.SpanExporter, error) {
+// newExporter is the exporter name (Exporter: console or otlp). OTLP goes
+// to the endpoint of the variables, else to the configured endpoint, else
+// to the OTLP default (http://localhost:4318, or localhost:4317 for gRPC),
+// over the protocol of OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL; the exporters
+// read their other OTEL_EXPORTER_OTLP_* variables themselves. The console
+// exporter writes one JSON object per span on standard output. (contrib's
+// autoexport does the same choice but links the metric and log exporters
+// too: 2 MB of binary and 1.4 MB of resident memory in every bridge
+// process.)
+func newExporter(ctx context.Context, name, endpoint string) (sdktrace.SpanExporter, error) {
+	if name == ExporterConsole {
+		return stdouttrace.New()
+	}
 	// CheckEnv has accepted the variables: PROTOCOL is http/protobuf or
-	// grpc, OTEL_TRACES_EXPORTER otlp, console or none.
+	// grpc.
 	proto := strings.TrimSpace(os.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"))
 	if proto == "" {
 		proto = strings.TrimSpace(os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL"))
 	}
 	if envEndpoint() || endpoint == "" {
-		if os.Getenv("OTEL_TRACES_EXPORTER") == "console" {
-			return stdouttrace.New()
-		}
 		if proto == "grpc" {
 			return otlptracegrpc.New(ctx)
 		}
@@ -186,6 +212,16 @@ func newExporter(ctx context.Context, endpoint string) (sdktrace.SpanExporter, e
 	return otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(u.String()))
 }
 
+// Exporter names the exporter in use: console or otlp, or none for the
+// nil *Provider (tracing off).
+func (p *Provider) Exporter() string {
+	if p == nil {
+		return ExporterNone
+	}
+	return p.exporter
+}
+
+// TracerProvider is the provider to trace with; nil when tracing is off.
 func (p *Provider) TracerProvider() trace.TracerProvider {
 	if p == nil {
 		return nil
