@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
@@ -88,7 +89,7 @@ func dialStore(cfg *config.Config, closing *atomic.Bool, stderr io.Writer) (nc *
 	}
 	var locked *embedded.StoreDirLockedError
 	if !errors.As(err, &locked) && !errors.Is(err, embedded.ErrNoStore) {
-		return nil, nil, nil, fmt.Errorf("nats.embedded.store_dir %s: cannot serve it for this command: %s", e.StoreDir, errText(err))
+		return nil, nil, nil, fmt.Errorf("nats.embedded.store_dir %s: cannot serve it for this command: %s", e.StoreDir, strings.TrimPrefix(errText(err), "embedded: "))
 	}
 	nc, js, err = dialNATS(cfg, closing, stderr)
 	var down *embeddedUnreachableError
