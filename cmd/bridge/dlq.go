@@ -99,13 +99,16 @@ func dlqCommand(c *cobra.Command, o *dlqOptions, filters dlqFilters, check func(
 			return err
 		}
 		stdout, stderr := c.OutOrStdout(), c.ErrOrStderr()
+		// Signals are caught from before the connection: one that comes
+		// while a stopped bridge's store is being opened still lets the
+		// private server shut down cleanly (dlqconn.go).
+		ctx, stop := signalContext()
+		defer stop()
 		s, err := openDLQ(o.config, o.server, stderr)
 		if err != nil {
 			return err
 		}
 		defer s.close()
-		ctx, stop := signalContext()
-		defer stop()
 		return work(ctx, s, stdout, stderr)
 	}
 	return c
