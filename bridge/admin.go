@@ -27,6 +27,7 @@ type routeStatus struct {
 	Redelivered int    `json:"redelivered"` // ack pending after more than one delivery
 	InFlight    int64  `json:"in_flight"`   // being processed by this bridge
 	Breaker     string `json:"breaker"`     // closed, half-open or open
+	Delivering  bool   `json:"delivering"`  // false: nothing is pulled (Options.NoDelivery)
 	// CheckedAt is when the consumer's state (pending, ack pending,
 	// redelivered) was looked up, InfoAge how long before the answer.
 	CheckedAt *time.Time `json:"checked_at,omitempty"`
@@ -70,7 +71,8 @@ func (b *Bridge) routeStatuses(ctx context.Context) []routeStatus {
 	now := time.Now()
 	out := make([]routeStatus, 0, len(b.routes))
 	for _, r := range b.routes {
-		st := routeStatus{Route: r.cfg.Name, Destination: r.dest.name, InFlight: r.load.inFlight.Load(), Breaker: r.dest.state().String()}
+		st := routeStatus{Route: r.cfg.Name, Destination: r.dest.name, InFlight: r.load.inFlight.Load(), Breaker: r.dest.state().String(),
+			Delivering: !b.opts.NoDelivery}
 		info, at, lastErr := b.health.lastLookup(r)
 		switch {
 		case r.consumer() == nil:

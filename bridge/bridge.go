@@ -59,6 +59,9 @@ type Options struct {
 	// TracerProvider, if set, turns tracing on (docs/tracing.md); nil
 	// costs nothing.
 	TracerProvider trace.TracerProvider
+	// NoDelivery makes Run provision and watch readiness but pull nothing
+	// (see idle; docs/operating.md#forensics-without-delivery).
+	NoDelivery bool
 }
 
 // Bridge delivers the messages of every configured route to its
@@ -141,6 +144,9 @@ func New(cfg *config.Config, js jetstream.JetStream, opts Options) (*Bridge, err
 func (b *Bridge) Run(ctx context.Context) error {
 	if !b.provisionRetrying(ctx) {
 		return nil
+	}
+	if b.opts.NoDelivery {
+		return b.idle(ctx)
 	}
 	// Attempts run on their own context so that a signal stops the pulling
 	// at once but lets in-flight HTTP requests finish.

@@ -44,7 +44,13 @@ func (b *Bridge) Readiness() error {
 	if se := b.storeHealth.err.Load(); se != nil {
 		return errors.New(se.Error() + ": reservations cannot be taken; the messages of idempotent routes are held until they can")
 	}
-	return b.health.reason(b.routes)
+	if err := b.health.reason(b.routes); err != nil {
+		return err
+	}
+	if b.opts.NoDelivery {
+		return ErrNoDelivery
+	}
+	return nil
 }
 
 // storeHealth is the outcome of the last reservation attempt of any route:

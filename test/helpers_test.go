@@ -267,15 +267,15 @@ type proc struct {
 }
 
 // runBridge starts `bridge run --config cfgPath` with a fresh admin port
-// and waits until /readyz answers 200. A data race reported by the
-// (race-built) bridge fails the test.
-func runBridge(t *testing.T, cfgPath string) *proc {
+// (and env added) and waits until /readyz answers 200. A data race
+// reported by the (race-built) bridge fails the test.
+func runBridge(t *testing.T, cfgPath string, env ...string) *proc {
 	t.Helper()
 	p := &proc{admin: freeAddr(t)}
 	// A race-built binary sleeps 1 s at exit unless told not to; the exit
 	// times measured here are the bridge's own.
 	p.child = startBridge(t, bridgeBinary(t), []string{"run", "--config", cfgPath},
-		"JETBRIDGE_ADMIN_LISTEN="+p.admin, "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+		append([]string{"JETBRIDGE_ADMIN_LISTEN=" + p.admin, "GORACE=" + strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0")}, env...)...)
 	t.Cleanup(func() {
 		if strings.Contains(p.stderr.String(), "WARNING: DATA RACE") {
 			t.Errorf("the bridge (pid %d) reported a data race:\n%s", p.cmd.Process.Pid, p.stderr.String())

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,7 +26,7 @@ import (
 	"github.com/sotercare/jetbridge/config"
 	"github.com/sotercare/jetbridge/deadletter"
 	"github.com/sotercare/jetbridge/internal/cli"
-	"github.com/sotercare/jetbridge/internal/cli/logs"
+	"github.com/sotercare/jetbridge/internal/embedded"
 	"github.com/sotercare/jetbridge/subjects"
 )
 
@@ -35,8 +34,13 @@ const dlqLong = `List, inspect, replay and purge the dead letters on the dead-le
 (dead_letter.stream, default EVENTS_DLQ).
 
 The commands connect to NATS in this order: --server, nats.url, $NATS_URL,
-else the running bridge's embedded server on nats.embedded.listen; they
-never start a server. Reading consumes nothing. Text from dead letters
+else the embedded store (nats.embedded): through the running bridge's server
+on nats.embedded.listen, or, when no bridge runs, directly: the command
+locks nats.embedded.store_dir as bridge run does and serves it privately
+(no port opened) until it ends, so a bridge started later delivers what was
+replayed. While another process holds the store and nothing answers on
+nats.embedded.listen, the commands refuse (exit 1).
+Reading consumes nothing. Text from dead letters
 (subjects, header names and values, payloads) is printed with control and
 invisible characters escaped (\x1b, \r, \u202e, ...); a subject, event id
 or header value is cut at 1 KiB. SIGINT/SIGTERM stops replay and purge
@@ -95,13 +99,16 @@ func dlqCommand(c *cobra.Command, o *dlqOptions, filters dlqFilters, check func(
 			return err
 		}
 		stdout, stderr := c.OutOrStdout(), c.ErrOrStderr()
+		// Signals are caught from before the connection: one that comes
+		// while a stopped bridge's store is being opened still lets the
+		// private server shut down cleanly (dlqconn.go).
+		ctx, stop := signalContext()
+		defer stop()
 		s, err := openDLQ(o.config, o.server, stderr)
 		if err != nil {
 			return err
 		}
 		defer s.close()
-		ctx, stop := signalContext()
-		defer stop()
 		return work(ctx, s, stdout, stderr)
 	}
 	return c
@@ -130,76 +137,7 @@ type dlqSession struct {
 	nc      *nats.Conn
 	closing *atomic.Bool // set before a deliberate close: no "reconnecting" log
 	q       *deadletter.Queue
-}
-
-// openDLQ loads the configuration and connects, without ever starting an
-// embedded server: the dlq commands work on the running bridge's JetStream.
-func openDLQ(path, server string, stderr io.Writer) (*dlqSession, error) {
-	cfg, _, err := loadConfig(path, server, stderr)
-	if err != nil {
-		return nil, err
-	}
-	closing := new(atomic.Bool)
-	nc, js, err := dialNATS(cfg, closing, stderr)
-	if err != nil {
-		return nil, err
-	}
-	return &dlqSession{cfg: cfg, nc: nc, closing: closing, q: deadletter.Open(js, cfg)}, nil
-}
-
-func (s *dlqSession) close() {
-	s.closing.Store(true)
-	s.nc.Close()
-}
-
-// dlqURL is the server the dlq commands connect to: the URL loadConfig
-// resolved (--server, nats.url, $NATS_URL), else the embedded server that
-// a running bridge serves on nats.embedded.listen (an unspecified listen
-// host is reached on loopback). shown is the URL for messages, without
-// credentials.
-func dlqURL(cfg *config.Config) (url, shown string, err error) {
-	if !cfg.Embedded() {
-		return cfg.NATS.URL.Value(), cfg.NATS.URL.RedactedURL(), nil
-	}
-	if _, _, err := net.SplitHostPort(cfg.NATS.Embedded.Listen); err != nil {
-		return "", "", &exitError{Code: 2, Msg: fmt.Sprintf("nats.embedded.listen: must be host:port, got %q", cfg.NATS.Embedded.Listen)}
-	}
-	url = "nats://" + joinAddr(cfg.NATS.Embedded.Listen)
-	return url, url, nil
-}
-
-// dialNATS connects with the configuration's credentials and TLS.
-func dialNATS(cfg *config.Config, closing *atomic.Bool, stderr io.Writer) (*nats.Conn, jetstream.JetStream, error) {
-	url, shown, err := dlqURL(cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	log, _ := logs.New("console", "warn", "", stderr)
-	opts, err := natsOptions(cfg.NATS, log, closing)
-	if err != nil {
-		return nil, nil, &exitError{Code: 2, Msg: err.Error()}
-	}
-	// A command fails at once when nothing answers, unlike the daemon,
-	// which waits for its broker.
-	opts = append(opts, nats.RetryOnFailedConnect(false))
-	nc, err := nats.Connect(url, opts...)
-	if err != nil {
-		cause := scrub(cli.ConnectCause(err, url), natsSecrets(cfg.NATS))
-		if class := cli.ClassifyConnErr(err); class != cli.ConnUnreachable {
-			return nil, nil, fmt.Errorf("%s at %s: %s; %s", class, shown, cause, connHint(class))
-		}
-		if cfg.Embedded() {
-			return nil, nil, fmt.Errorf("cannot reach the bridge's embedded JetStream at %s (nats.embedded.listen): %s; is the bridge running? Start it with bridge run --config FILE, or point --server at your NATS", shown, cause)
-		}
-		return nil, nil, fmt.Errorf("cannot reach NATS at %s: %s; %s", shown, cause, connHint(cli.ConnUnreachable))
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		closing.Store(true)
-		nc.Close()
-		return nil, nil, err
-	}
-	return nc, js, nil
+	srv     *embedded.Server // the stopped bridge's store, served privately (dlqconn.go); nil otherwise
 }
 
 // dlqText is the text of an error of package deadletter (or bridge) as

@@ -577,7 +577,9 @@ func TestDLQUsage(t *testing.T) {
 }
 
 // With no nats.url the commands connect to the running bridge's embedded
-// server on nats.embedded.listen, and never start one themselves.
+// server on nats.embedded.listen. With no bridge and no store there, they
+// start no server and create nothing (a stopped bridge's store is served
+// privately: test/dlq_stopped_test.go).
 func TestDLQEmbeddedListen(t *testing.T) {
 	unsetenv(t, "BRIDGE_CONFIG")
 	e := newDLQEnv(t, 200)
@@ -598,7 +600,11 @@ func TestDLQEmbeddedListen(t *testing.T) {
 	l.Close()
 	path = writeDLQConfig(t, "", free, "http://127.0.0.1:9/")
 	r = runBridge(t, "dlq", "list", "--config", path)
-	if r.code != 1 || !strings.Contains(r.stderr, "embedded JetStream at nats://"+free) || !strings.Contains(r.stderr, "is the bridge running?") {
+	store := filepath.Join(filepath.Dir(path), "store")
+	want := "bridge: nats.embedded.store_dir " + store + " holds no JetStream store, and nats.embedded.listen " + free +
+		" does not answer: nats: no servers available for connection (dial tcp " + free + ": connect: connection refused); " +
+		"has the bridge run with this configuration, from this directory? Start it with bridge run --config FILE, or point --server at your NATS\n"
+	if r.code != 1 || r.stderr != want {
 		t.Fatalf("dlq list with no bridge running: %s", r)
 	}
 	if _, err := os.Stat(filepath.Join(filepath.Dir(path), "store")); !os.IsNotExist(err) {

@@ -147,7 +147,7 @@ func TestServerPrecedence(t *testing.T) {
 		{"nats.url over $NATS_URL", live, []string{"--config", withURL}, unreachable(dead)},
 		{"$NATS_URL over the embedded server", live, []string{"--config", withoutURL}, noStream},
 		{"$NATS_URL dead", dead, []string{"--config", withoutURL}, unreachable(dead)},
-		{"the embedded server last", "", []string{"--config", withoutURL}, "cannot reach the bridge's embedded JetStream"},
+		{"the embedded server last", "", []string{"--config", withoutURL}, "holds no JetStream store, and nats.embedded.listen"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -83,6 +83,10 @@ func idemCommand(c *cobra.Command, o *idemOptions, check func(args []string) err
 			return err
 		}
 		stderr := c.ErrOrStderr()
+		// Signals are caught from before the connection, as the dlq
+		// commands do (a stopped bridge's store is served privately).
+		ctx, stop := signalContext()
+		defer stop()
 		s, err := openDLQ(o.config, o.server, stderr)
 		if err != nil {
 			return err
@@ -95,8 +99,6 @@ func idemCommand(c *cobra.Command, o *idemOptions, check func(args []string) err
 		if o.route != "" && !slices.Contains(is.routes, o.route) {
 			return usageErr("%s: --route %s is not a route with idempotency: true (those are: %s)", name, o.route, strings.Join(is.routes, ", "))
 		}
-		ctx, stop := signalContext()
-		defer stop()
 		js, err := jetstream.New(s.nc)
 		if err != nil {
 			return err

@@ -356,9 +356,9 @@ func embeddedErr(cfg *config.Config, err error) error {
 			"to join it, run this bridge with --server nats://%s (or set nats.url); "+
 			"to run a second embedded server, give it another nats.embedded.listen and its own nats.embedded.store_dir", e.Listen, joinAddr(inUse.Addr))
 	case errors.As(err, &locked):
-		who := "another bridge"
+		who := "another bridge or bridge dlq command"
 		if locked.PID > 0 {
-			who = fmt.Sprintf("another bridge (process %d)", locked.PID)
+			who = fmt.Sprintf("another bridge or bridge dlq command (process %d)", locked.PID)
 		}
 		return fmt.Errorf("nats.embedded.store_dir %s is in use by %s; two servers must not share a store: "+
 			"stop it, join it with --server, or give this bridge its own nats.embedded.store_dir", e.StoreDir, who)

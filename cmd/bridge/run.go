@@ -31,11 +31,15 @@ import (
 )
 
 // runOptions are the flags of bridge run (and of plain bridge).
-type runOptions struct{ config, server string }
+type runOptions struct {
+	config, server string
+	noDelivery     bool // docs/operating.md#forensics-without-delivery
+}
 
 func (o *runOptions) register(fs *pflag.FlagSet) {
 	configFlag(fs, &o.config)
 	serverFlag(fs, &o.server)
+	fs.BoolVar(&o.noDelivery, "no-delivery", false, "serve JetStream and the admin endpoints, provision, but pull nothing (forensics; /readyz stays 503)")
 }
 
 func newRunCmd() *cobra.Command {
@@ -46,6 +50,11 @@ func newRunCmd() *cobra.Command {
 		Long: `Run the bridge: provision the streams and consumers, deliver every route's
 messages, serve the admin endpoints (admin.listen), and on SIGINT/SIGTERM
 stop fetching, finish what is in flight and exit 0.
+
+With --no-delivery the bridge starts the same way (the embedded server
+and its listener, provisioning, the admin endpoints) but pulls nothing, so
+that streams, consumers and dead letters stay as they are while you look
+at them (bridge dlq, /status); /readyz answers 503 "not delivering".
 
 NATS is, in this order: --server, nats.url, $NATS_URL; with none of them
 the bridge starts an embedded JetStream (nats.embedded). While NATS cannot
@@ -91,6 +100,7 @@ func cmdRun(o runOptions, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	d.noDelivery = o.noDelivery
 	ctx, stop := signalContext()
 	defer stop()
 	return d.run(ctx)
@@ -110,6 +120,7 @@ type daemon struct {
 	// admin.token.
 	adminHandler http.Handler
 	conn         *natsConn // made by run
+	noDelivery   bool      // bridge.Options.NoDelivery
 }
 
 // newDaemon builds the daemon; its error is a configuration error (exit
@@ -171,7 +182,7 @@ func (d *daemon) run(ctx context.Context) error {
 		return err
 	}
 	defer tp.Shutdown(0) // bounded: a dead collector delays the exit by at most 5 s
-	b, err := bridge.New(cfg, conn.js, bridge.Options{Logger: log, Registerer: d.reg, TracerProvider: tp.TracerProvider()})
+	b, err := bridge.New(cfg, conn.js, bridge.Options{Logger: log, Registerer: d.reg, TracerProvider: tp.TracerProvider(), NoDelivery: d.noDelivery})
 	if err != nil {
 		return err
 	}

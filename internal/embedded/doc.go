@@ -26,7 +26,12 @@
 //     the directory and its mode. The package never logs by itself; the
 //     caller logs the warnings (bridge run does, at warn level).
 //   - The client listener is on a loopback address unless the caller opts out
-//     with AllowNonLoopback.
+//     with AllowNonLoopback. With NoListen there is no client listener at all
+//     (no port is bound): only in-process clients (Server.InProcessConn)
+//     reach the server; bridge dlq serves a stopped bridge's store so.
+//   - ExistingStore never creates a store: Start refuses with ErrNoStore,
+//     before taking the lock and without creating the directory, when the
+//     store dir holds no JetStream store.
 //
 // The package imports only nats-server and the standard library.
 // Production code reaches nats-server through this package only.

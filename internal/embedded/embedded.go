@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/url"
 	"os"
@@ -37,6 +38,12 @@ var (
 	// a regular file, or a file with other hard links; the error is an
 	// *UnsafeLockFileError.
 	ErrUnsafeLockFile = errors.New("embedded: unsafe store dir lock file")
+	// ErrNoStore: Options.ExistingStore is set and Options.StoreDir holds
+	// no JetStream store; Start created nothing.
+	ErrNoStore = errors.New("embedded: the store dir holds no JetStream store")
+	// ErrNoListenCluster: Options.NoListen with Options.Cluster (a cluster
+	// node needs its client listener).
+	ErrNoListenCluster = errors.New("embedded: NoListen cannot be combined with Cluster")
 )
 
 // AddrInUseError is the error of Start when a listen address is taken.
@@ -104,6 +111,17 @@ type Options struct {
 	// Cluster, if set, makes the server one node of a JetStream cluster.
 	// Nil (the default) runs a single node, as before.
 	Cluster *Cluster
+
+	// NoListen starts the server without any client listener: no port is
+	// bound (Listen, AllowNonLoopback and the client authorization fields
+	// are ignored), and the only clients are those of this process, over
+	// Server.InProcessConn (nats.InProcessServer(srv)). ClientURL and Addr
+	// are then "". The store dir is locked as always.
+	NoListen bool
+	// ExistingStore makes Start refuse with ErrNoStore, creating nothing
+	// (not even StoreDir), when StoreDir holds no JetStream store yet: for
+	// a caller that reads what a server stored before, never a new store.
+	ExistingStore bool
 }
 
 // Cluster makes an embedded server one node of a JetStream cluster. Every
@@ -147,9 +165,16 @@ type Server struct {
 // never opened through nor written: Start fails with an
 // *UnsafeLockFileError (ErrUnsafeLockFile).
 func Start(ctx context.Context, opts Options) (*Server, error) {
-	host, port, err := parseListen(opts.Listen, opts.AllowNonLoopback)
-	if err != nil {
-		return nil, err
+	host, port := "", 0
+	if opts.NoListen {
+		if opts.Cluster != nil {
+			return nil, ErrNoListenCluster
+		}
+	} else {
+		var err error
+		if host, port, err = parseListen(opts.Listen, opts.AllowNonLoopback); err != nil {
+			return nil, err
+		}
 	}
 	if opts.StoreDir == "" {
 		return nil, ErrStoreDirRequired
@@ -157,6 +182,11 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	storeDir, err := filepath.Abs(opts.StoreDir)
 	if err != nil {
 		return nil, fmt.Errorf("embedded: store dir %q: %w", opts.StoreDir, err)
+	}
+	if opts.ExistingStore {
+		if err := hasStore(storeDir); err != nil {
+			return nil, err
+		}
 	}
 	name := opts.ServerName
 	if name == "" {
@@ -166,7 +196,9 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("embedded: start server %q: %w", name, context.Cause(ctx))
 	}
 	hostPort := net.JoinHostPort(host, strconv.Itoa(port))
-	if port != 0 {
+	if opts.NoListen {
+		hostPort = "(no client listener)"
+	} else if port != 0 {
 		// nats-server reports a busy port only through its logger, after
 		// Start; probing first gives a typed error with a clear message.
 		if err := probeListen(hostPort); err != nil {
@@ -204,7 +236,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	}
 
 	serverPort := port
-	if serverPort == 0 {
+	if serverPort == 0 && !opts.NoListen {
 		serverPort = server.RANDOM_PORT // 0 would mean the default 4222
 	}
 	ns, err := server.NewServer(&server.Options{
@@ -216,6 +248,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		SyncAlways: opts.SyncAlways,
 		NoSigs:     true, // see package doc: never trap the process's signals
 		NoLog:      true,
+		DontListen: opts.NoListen,
 		Cluster:    cluster,
 		Routes:     routes,
 		// Client authorization: at most one of the two is set.
@@ -226,7 +259,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded: server %q options: %w", name, err)
 	}
-	srv, err := run(ctx, ns, opts.Logf, name, hostPort, storeDir)
+	srv, err := run(ctx, ns, opts.Logf, name, hostPort, storeDir, opts.NoListen)
 	if err != nil {
 		return nil, err
 	}
@@ -269,7 +302,7 @@ func unixMode(m os.FileMode) uint32 {
 }
 
 // run starts ns and waits until it is ready; on failure it is shut down.
-func run(ctx context.Context, ns *server.Server, logf func(string, ...any), name, hostPort, storeDir string) (*Server, error) {
+func run(ctx context.Context, ns *server.Server, logf func(string, ...any), name, hostPort, storeDir string, noListen bool) (*Server, error) {
 	log := &logAdapter{logf: logf}
 	ns.SetLoggerV2(log, false, false, false)
 
@@ -297,24 +330,51 @@ func run(ctx context.Context, ns *server.Server, logf func(string, ...any), name
 		return fail(fmt.Errorf("embedded: start server %q on %s: %s", name, hostPort, msg))
 	}
 	addr := ns.Addr()
-	if addr == nil {
+	if addr == nil && !noListen {
 		return fail(fmt.Errorf("embedded: start server %q: client listener on %s did not start", name, hostPort))
 	}
 	if !ns.JetStreamEnabled() {
 		return fail(fmt.Errorf("embedded: start server %q: JetStream not enabled (store dir %s)", name, storeDir))
 	}
+	where := hostPort
+	if addr != nil {
+		where = addr.String()
+	}
 	deadline, _ := ctx.Deadline() // always set by WithTimeoutCause
 	if wait := time.Until(deadline); wait <= 0 || !ns.ReadyForConnections(wait) {
 		return fail(fmt.Errorf("embedded: start server %q on %s: not ready for connections before the start deadline: %w",
-			name, addr, context.DeadlineExceeded))
+			name, where, context.DeadlineExceeded))
+	}
+	if noListen {
+		return &Server{ns: ns}, nil
 	}
 	return &Server{ns: ns, addr: addr.String(), url: ns.ClientURL()}, nil
 }
 
-// ClientURL is the URL clients connect to, e.g. "nats://127.0.0.1:4222".
+// hasStore returns ErrNoStore, wrapped with dir, unless dir holds the
+// server's "jetstream" directory.
+func hasStore(dir string) error {
+	fi, err := os.Stat(filepath.Join(dir, "jetstream"))
+	if err == nil && fi.IsDir() {
+		return nil
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("embedded: store dir %s: %w", dir, err)
+	}
+	return fmt.Errorf("%w: %s", ErrNoStore, dir)
+}
+
+// InProcessConn is a new client connection to the server within this
+// process, over a pipe (no socket): pass the server to
+// nats.InProcessServer. It works whether or not the server listens.
+func (s *Server) InProcessConn() (net.Conn, error) { return s.ns.InProcessConn() }
+
+// ClientURL is the URL clients connect to, e.g. "nats://127.0.0.1:4222";
+// "" for a NoListen server.
 func (s *Server) ClientURL() string { return s.url }
 
-// Addr is the host:port the client listener actually bound.
+// Addr is the host:port the client listener actually bound; "" for a
+// NoListen server.
 func (s *Server) Addr() string { return s.addr }
 
 // ClusterAddr is the host:port the route listener bound, or "" for a
