@@ -285,9 +285,14 @@ func (c *ackCompleter) finish(i int, err error) {
 	p := &c.table[i]
 	ev, out := p.ev, p.out
 	p.live, p.m, p.ev, p.out, p.err, p.recording, p.rec = false, nil, nil, Settled{}, nil, false, doneRecord{}
+	c.mu.Unlock()
+	// The settlement is reported before the ack stops counting as
+	// pending: stop (and so Run) returns only after every report (OnSettle,
+	// the span's end, which a tracer shut down after Run would drop).
+	c.r.reportAck(ev, out, err)
+	c.mu.Lock()
 	c.pending--
 	c.mu.Unlock()
-	c.r.reportAck(ev, out, err)
 	c.free <- i
 }
 

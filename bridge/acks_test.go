@@ -246,3 +246,57 @@ func TestRefusedDoneRecordIsAckedAllTheSame(t *testing.T) {
 		t.Fatal("no warning for the refused done record")
 	}
 }
+
+// Run returns only after every settlement by ack has been reported: a
+// report still running on the completer when the sweep finds nothing
+// pending would otherwise reach OnSettle (and end the delivery's span)
+// after Run returned, when cmd/bridge has already shut its tracer down.
+// OnSettle is held until the test lets it go; Run, cancelled meanwhile,
+// must still be running. (Before the fix, the place stopped counting as
+// pending before its report, and Run returned within a few milliseconds
+// here: checked against that build, not kept as a switch.)
+func TestRunReturnsAfterEveryAckIsReported(t *testing.T) {
+	sink := sinktest.New(t, sinktest.Always(200))
+	cfg := testConfig(t, ackRoute, sink.URL())
+	srv := natstest.Start(t)
+	_, js := natstest.Connect(t, srv.URL())
+	_, pub := natstest.Connect(t, srv.URL())
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	b, err := New(cfg, js, Options{OnSettle: func(Settled) {
+		once.Do(func() { close(entered) })
+		<-release
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	<-b.Ready()
+	if _, err := pub.Publish(ctx, "events.info.x", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-entered:
+	case <-time.After(settleWait):
+		t.Fatal("no settlement reported")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		close(release)
+		t.Fatalf("Run returned (%v) while a settlement was still being reported", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	close(release)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return once the report ended")
+	}
+}
