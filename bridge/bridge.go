@@ -95,6 +95,9 @@ type Bridge struct {
 	reloadMu sync.Mutex
 	running  *runState
 	retiring sync.WaitGroup // routes retired by a reload that are still finishing
+	// reloader decides what a reload may change and retires routes
+	// (reload.go); negative controls replace it.
+	reloader reloader
 	// confStatus is what /status shows of the configuration file
 	// (SetConfigStatus); nil: nothing.
 	confStatus atomic.Pointer[ConfigStatus]
@@ -122,18 +125,20 @@ type runState struct {
 // watchdog and progress acks, stopped in two steps (stopPulling, then
 // finish).
 type routeRun struct {
-	cancel      context.CancelFunc // ends the route's pulling and what it holds waiting
-	watchdog    chan struct{}      // closed when the watchdog returned
-	workersDone chan struct{}      // closed once every worker settled what it held
-	keeper      chan struct{}      // closed when the progress acks stopped
+	cancel      context.CancelFunc      // ends the route's pulling and what it holds waiting
+	cancelWork  context.CancelCauseFunc // interrupts the route's attempts (released by finish)
+	watchdog    chan struct{}           // closed when the watchdog returned
+	workersDone chan struct{}           // closed once every worker settled what it held
+	keeper      chan struct{}           // closed when the progress acks stopped
 }
 
 // startRoute starts route r of run rs.
 func (b *Bridge) startRoute(rs *runState, r *route) *routeRun {
 	ctx, cancel := context.WithCancel(rs.ctx)
-	run := &routeRun{cancel: cancel, watchdog: make(chan struct{}), workersDone: make(chan struct{}), keeper: make(chan struct{})}
+	work, cancelWork := context.WithCancelCause(rs.work)
+	run := &routeRun{cancel: cancel, cancelWork: cancelWork, watchdog: make(chan struct{}), workersDone: make(chan struct{}), keeper: make(chan struct{})}
 	r.acks.start(b.js.Conn())
-	r.workers.start(ctx, rs.work)
+	r.workers.start(ctx, work)
 	r.puller.start(ctx)
 	go func() {
 		defer close(run.watchdog)
@@ -164,20 +169,22 @@ func (run *routeRun) finish(r *route) {
 	r.acks.stop() // every ack sent is confirmed or given up (acks.go)
 	close(run.workersDone)
 	<-run.keeper
+	run.cancelWork(nil)
 }
 
 // New builds a Bridge from a validated configuration. It does no I/O:
 // streams and consumers are provisioned by Run.
 func New(cfg *config.Config, js jetstream.JetStream, opts Options) (*Bridge, error) {
 	b := &Bridge{
-		ready:   make(chan struct{}),
-		cfg:     cfg,
-		applied: cfg,
-		js:      js,
-		opts:    opts,
-		log:     opts.Logger,
-		dests:   make(map[string]*destination, len(cfg.Destinations)),
-		tr:      newTracer(opts.TracerProvider, cfg.Tracing.EventID, cfg.Log.URLPaths),
+		ready:    make(chan struct{}),
+		cfg:      cfg,
+		applied:  cfg,
+		js:       js,
+		opts:     opts,
+		log:      opts.Logger,
+		dests:    make(map[string]*destination, len(cfg.Destinations)),
+		tr:       newTracer(opts.TracerProvider, cfg.Tracing.EventID, cfg.Log.URLPaths),
+		reloader: liveReload{},
 	}
 	m, err := newMetrics(opts.Registerer, cfg)
 	if err != nil {
@@ -272,13 +279,14 @@ func (b *Bridge) Run(ctx context.Context) error {
 		}
 	}
 	b.running = rs
+	started := len(rs.runs)
 	b.reloadMu.Unlock()
 
 	var loops sync.WaitGroup
 	loops.Go(func() { b.watchReadiness(ctx) })
 	loops.Go(func() { b.advisories(ctx) })
 	close(b.ready)
-	b.log.Info().Int("routes", len(rs.runs)).Msg("bridge running")
+	b.log.Info().Int("routes", started).Msg("bridge running")
 	<-ctx.Done()
 	// From here on no reload applies (Reload answers ErrNotRunning).
 	b.reloadMu.Lock()

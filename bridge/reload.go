@@ -120,7 +120,7 @@ func (b *Bridge) reload(ctx context.Context, cfg *config.Config) (finished <-cha
 	b.mu.RLock()
 	cur, curRoutes, curDests := b.applied, b.routes, b.dests
 	b.mu.RUnlock()
-	if keys := b.restartKeys(cur, cfg); len(keys) > 0 {
+	if keys := b.reloader.restartKeys(b, cur, cfg); len(keys) > 0 {
 		return nil, &NeedsRestartError{Keys: keys}
 	}
 	plan, err := b.plan(cfg, curRoutes, curDests)
@@ -165,7 +165,7 @@ func (b *Bridge) reload(ctx context.Context, cfg *config.Config) (finished <-cha
 		defer b.retiring.Done()
 		defer close(done)
 		for i, r := range stopping {
-			runs[i].finish(r)
+			b.reloader.retire(runs[i], r)
 		}
 		for _, d := range plan.goneDest {
 			d.close()
@@ -176,9 +176,25 @@ func (b *Bridge) reload(ctx context.Context, cfg *config.Config) (finished <-cha
 	return done, nil
 }
 
-// restartKeys are the keys of next that cannot be applied to the running
-// bridge (see Reload).
-func (b *Bridge) restartKeys(running, next *config.Config) []string {
+// reloader is what a reload decides by rules: which changed keys need a
+// restart, and how a retired route ends. The bridge's is liveReload;
+// negative controls replace it with a broken one (reload_faults_test.go).
+type reloader interface {
+	// restartKeys are the keys of next that cannot be applied to the
+	// running bridge b (see Reload).
+	restartKeys(b *Bridge, running, next *config.Config) []string
+	// retire ends route r, which has stopped pulling: it returns once r
+	// settled everything it held.
+	retire(run *routeRun, r *route)
+}
+
+// liveReload is the bridge's reloader: a retired route finishes its
+// attempts on the configuration they started with.
+type liveReload struct{}
+
+func (liveReload) retire(run *routeRun, r *route) { run.finish(r) }
+
+func (liveReload) restartKeys(b *Bridge, running, next *config.Config) []string {
 	keys := config.RestartKeys(running, next)
 	if b.idem == nil {
 		for i, rc := range next.Routes {
