@@ -428,3 +428,41 @@ routes:
 		return check(t, newSecret)
 	})
 }
+
+// A configuration that cannot be built (a route naming an unknown
+// destination, which config.Load would have refused) is refused whole, and
+// the running configuration keeps delivering. Before Run, and after it
+// stopped, Reload answers ErrNotRunning.
+func TestReloadRefusesUnbuildableAndNotRunning(t *testing.T) {
+	first, second := sinktest.New(t, nil), sinktest.New(t, nil)
+	const yaml = `
+destinations:
+  d: {url: %s}
+routes:
+  - name: r
+    subjects: ["events.>"]
+    destination: d
+`
+	cfg := testConfig(t, yaml, first.URL())
+	srv := natstest.Start(t)
+	_, js := natstest.Connect(t, srv.URL())
+	if err := provisioned(t, cfg, js, faults{}).Reload(context.Background(), cfg); !errors.Is(err, ErrNotRunning) {
+		t.Fatalf("reload of a bridge that does not run: %v, want ErrNotRunning", err)
+	}
+	h := startBridgeOn(t, srv, cfg, faults{})
+	next := testConfig(t, yaml, second.URL())
+	next.Routes[0].Destination = "nowhere"
+	err := h.b.Reload(context.Background(), next)
+	if err == nil || errors.Is(err, ErrNeedsRestart) {
+		t.Fatalf("reload naming an unknown destination: %v, want a refusal", err)
+	}
+	h.publish("events.info.x", "e1", []byte(`{}`), nil)
+	h.waitOutcomes(1, settleWait, outcomeIs(OutcomeDelivered))
+	if first.Count() != 1 || second.Count() != 0 {
+		t.Fatalf("requests: %d at the running URL, %d at the refused one; want 1 and 0", first.Count(), second.Count())
+	}
+	h.stop()
+	if err := h.b.Reload(context.Background(), cfg); !errors.Is(err, ErrNotRunning) {
+		t.Fatalf("reload after Run returned: %v, want ErrNotRunning", err)
+	}
+}

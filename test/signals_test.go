@@ -243,3 +243,64 @@ func TestWatchAppliesWritesNeverPartialOnes(t *testing.T) {
 		t.Errorf("requests at the first and second receivers %v, want [2 1]", got)
 	}
 }
+
+// bridge run --watch follows a Kubernetes ConfigMap volume's update: the
+// file is a link through ..data to a timestamped directory, and the update
+// swaps ..data to a new directory by a rename.
+func TestWatchFollowsConfigMapSwap(t *testing.T) {
+	srv := jetbridgetest.NewServer(t)
+	_, js := srv.Connect(t)
+	first, second := jetbridgetest.NewReceiver(t), jetbridgetest.NewReceiver(t)
+	sc := scenario{natsURL: srv.URL(), sinkURL: first.URL(), maxInFlight: 4, ackWait: 30 * time.Second, shutdownTimeout: 5 * time.Second}
+	dir := t.TempDir()
+	version := func(name, yaml string) {
+		t.Helper()
+		if err := os.Mkdir(filepath.Join(dir, name), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name, "bridge.yaml"), []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(name, filepath.Join(dir, "..data_tmp")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	version("..2026_12_03_v1", sc.yaml())
+	path := filepath.Join(dir, "bridge.yaml")
+	if err := os.Symlink(filepath.Join("..data", "bridge.yaml"), path); err != nil {
+		t.Fatal(err)
+	}
+	b := &proc{admin: freeAddr(t)}
+	b.child = startBridge(t, bridgeBinary(t), []string{"run", "--config", path, "--watch"},
+		"JETBRIDGE_ADMIN_LISTEN="+b.admin, "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	b.waitReadyz(t, http.StatusOK, readyTimeout)
+	l := natstest.NewLedger("cm", 2)
+	l.PublishOne(t, js, "events.info.cm", 1)
+	waitCount(t, first, 1, countTimeout)
+
+	moved := sc
+	moved.sinkURL = second.URL()
+	version("..2026_12_03_v2", moved.yaml())
+	if err := os.RemoveAll(filepath.Join(dir, "..2026_12_03_v1")); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, countTimeout, func() error {
+		b.failIfExited(t)
+		if got := b.metric(t, "bridge_config_reloads_total", `result="applied"`); got != 1 {
+			return fmt.Errorf("applied reloads %v, want 1", got)
+		}
+		return nil
+	})
+	l.PublishOne(t, js, "events.info.cm", 2)
+	waitCount(t, second, 1, countTimeout)
+	if got := b.metric(t, "bridge_config_reloads_total", `result="invalid"`); got != 0 {
+		t.Errorf("invalid reloads %v during the swap, want 0", got)
+	}
+	b.term(t)
+	if code := b.wait(t, 10*time.Second); code != 0 {
+		t.Errorf("exit %d after SIGTERM, want 0", code)
+	}
+}
