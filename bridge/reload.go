@@ -114,7 +114,7 @@ type reloadPlan struct {
 // routes it retired have finished.
 func (b *Bridge) reload(ctx context.Context, cfg *config.Config) (finished <-chan struct{}, err error) {
 	rs := b.running
-	if rs == nil {
+	if rs == nil || rs.ctx.Err() != nil {
 		return nil, ErrNotRunning
 	}
 	b.mu.RLock()
