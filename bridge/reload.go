@@ -135,6 +135,11 @@ func (b *Bridge) reload(ctx context.Context, cfg *config.Config) (finished <-cha
 	}
 
 	// Commit: from here on nothing fails.
+	names := make([]string, 0, len(cfg.Routes))
+	for _, rc := range cfg.Routes {
+		names = append(names, rc.Name)
+	}
+	b.m.addNames(names, cfg.DestinationNames())
 	b.mu.Lock()
 	b.applied, b.routes, b.dests = cfg, plan.routes, plan.dests
 	b.mu.Unlock()
