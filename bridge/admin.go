@@ -27,7 +27,8 @@ type routeStatus struct {
 	Redelivered int    `json:"redelivered"` // ack pending after more than one delivery
 	InFlight    int64  `json:"in_flight"`   // being processed by this bridge
 	Breaker     string `json:"breaker"`     // closed, half-open or open
-	Delivering  bool   `json:"delivering"`  // false: nothing is pulled (Options.NoDelivery)
+	Delivering  bool   `json:"delivering"`  // false: nothing is pulled (Options.NoDelivery, or paused)
+	Paused      bool   `json:"paused"`      // paused: true in the configuration: nothing is pulled
 	// CheckedAt is when the consumer's state (pending, ack pending,
 	// redelivered) was looked up, InfoAge how long before the answer.
 	CheckedAt *time.Time `json:"checked_at,omitempty"`
@@ -47,11 +48,13 @@ type destinationStatus struct {
 
 // destinationStatuses is every destination's state, sorted by name.
 func (b *Bridge) destinationStatuses() []destinationStatus {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
 	out := make([]destinationStatus, 0, len(b.dests))
-	for _, name := range b.cfg.DestinationNames() {
+	for _, name := range b.applied.DestinationNames() {
 		d := b.dests[name]
 		st := destinationStatus{Destination: name, Breaker: d.state().String(), Held: d.held.Load(), GateStatus: d.gate.Status()}
-		if rl := b.cfg.Destinations[name].RateLimit; rl != nil {
+		if rl := d.cfg.RateLimit; rl != nil {
 			st.RateLimit = fmt.Sprintf("%d per %s, burst %d", rl.Requests, rl.Per, rl.Burst)
 		}
 		out = append(out, st)
@@ -69,10 +72,11 @@ func (b *Bridge) destinationStatuses() []destinationStatus {
 func (b *Bridge) routeStatuses(ctx context.Context) []routeStatus {
 	b.health.fresh(ctx)
 	now := time.Now()
-	out := make([]routeStatus, 0, len(b.routes))
-	for _, r := range b.routes {
-		st := routeStatus{Route: r.cfg.Name, Destination: r.dest.name, InFlight: r.load.inFlight.Load(), Breaker: r.dest.state().String(),
-			Delivering: !b.opts.NoDelivery}
+	routes := b.liveRoutes()
+	out := make([]routeStatus, 0, len(routes))
+	for _, r := range routes {
+		st := routeStatus{Route: r.cfg.Name, Destination: r.dest.name, InFlight: r.load.inFlight.Load(), Breaker: r.dest.state().String(), Paused: r.cfg.Paused,
+			Delivering: !b.opts.NoDelivery && !r.cfg.Paused}
 		info, at, lastErr := b.health.lastLookup(r)
 		switch {
 		case r.consumer() == nil:
@@ -126,7 +130,11 @@ func (b *Bridge) adminHandler(g prometheus.Gatherer, healthy, ready func() error
 		if err := ready(); err != nil {
 			state = err.Error()
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"ready": state, "build": buildinfo.Read(), "routes": b.routeStatuses(ctx), "destinations": b.destinationStatuses()})
+		out := map[string]any{"ready": state, "build": buildinfo.Read(), "routes": b.routeStatuses(ctx), "destinations": b.destinationStatuses()}
+		if cs := b.confStatus.Load(); cs != nil {
+			out["config"] = cs
+		}
+		writeJSON(w, http.StatusOK, out)
 	})
 	if g != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))

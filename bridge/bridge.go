@@ -65,15 +65,46 @@ type Options struct {
 }
 
 // Bridge delivers the messages of every configured route to its
-// destination. Create it with New, then call Run once.
+// destination. Create it with New, then call Run once; while it runs,
+// Reload applies a new configuration (docs/configuration.md#what-a-reload-applies).
+//
+// Invariants: one configuration is in force at any time (a reload applies
+// whole or not at all); an attempt runs to its end on the route and
+// destination values it started with (a reload builds new ones and
+// retires the old ones, which finish what they hold); no lock is taken
+// per message (the hot path reads only its own route's and destination's
+// values, which never change once built).
 type Bridge struct {
-	cfg    *config.Config
-	js     jetstream.JetStream
-	opts   Options
-	log    zerolog.Logger
-	dests  map[string]*destination
-	routes []*route
-	m      *metrics
+	// cfg is the configuration the bridge was built with. Its sections
+	// that only a restart changes (nats, stream, dead_letter, idempotency,
+	// admin, log, tracing) are in force for the bridge's whole life; the
+	// ones a reload applies are read from applied.
+	cfg  *config.Config
+	js   jetstream.JetStream
+	opts Options
+	log  zerolog.Logger
+	m    *metrics
+
+	// mu guards what a reload replaces: applied, routes and dests. It is
+	// never taken per message: admin, readiness, the safety net and
+	// Reload take it.
+	mu      sync.RWMutex
+	applied *config.Config          // the configuration in force
+	dests   map[string]*destination // the destinations in force
+	routes  []*route                // the routes in force, in configuration order, paused ones included
+
+	// reloadMu serialises Reload and Run's start and stop; running is the
+	// run in progress (nil before Run and once it stopped pulling).
+	reloadMu sync.Mutex
+	running  *runState
+	retiring sync.WaitGroup // routes retired by a reload that are still finishing
+	// reloader decides what a reload may change and retires routes
+	// (reload.go); negative controls replace it.
+	reloader reloader
+	// confStatus is what /status shows of the configuration file
+	// (SetConfigStatus); nil: nothing.
+	confStatus atomic.Pointer[ConfigStatus]
+
 	// storeHealth: whether the idempotency bucket takes reservations.
 	storeHealth storeHealth
 	idem        reservationStore // nil unless a route has idempotency; set by Provision
@@ -85,55 +116,148 @@ type Bridge struct {
 	tr           *tracer               // nil when tracing is off; see trace.go
 }
 
+// runState is a running Bridge: the contexts its routes are started with
+// and what each running route's goroutines are.
+type runState struct {
+	ctx  context.Context // ends when Run is asked to stop
+	work context.Context // attempts run on it (outlives ctx by the drain)
+	runs map[*route]*routeRun
+}
+
+// routeRun is one started route: its pull loop, workers, ack completer,
+// watchdog and progress acks, stopped in two steps (stopPulling, then
+// finish).
+type routeRun struct {
+	cancel      context.CancelFunc      // ends the route's pulling and what it holds waiting
+	cancelWork  context.CancelCauseFunc // interrupts the route's attempts (released by finish)
+	watchdog    chan struct{}           // closed when the watchdog returned
+	workersDone chan struct{}           // closed once every worker settled what it held
+	keeper      chan struct{}           // closed when the progress acks stopped
+}
+
+// startRoute starts route r of run rs.
+func (b *Bridge) startRoute(rs *runState, r *route) *routeRun {
+	ctx, cancel := context.WithCancel(rs.ctx)
+	work, cancelWork := context.WithCancelCause(rs.work)
+	run := &routeRun{cancel: cancel, cancelWork: cancelWork, watchdog: make(chan struct{}), workersDone: make(chan struct{}), keeper: make(chan struct{})}
+	r.acks.start(b.js.Conn())
+	r.workers.start(ctx, work)
+	r.puller.start(ctx)
+	go func() {
+		defer close(run.watchdog)
+		r.watchdog(ctx)
+	}()
+	// Progress acks run until every worker has settled what it holds,
+	// the drain included.
+	go func() {
+		defer close(run.keeper)
+		r.progressLoop(run.workersDone)
+	}()
+	return run
+}
+
+// stopPulling stops route r from taking messages: its open pulls are
+// cancelled, and a message held by an open breaker (or one that arrived
+// as it stopped) is handed back.
+func (run *routeRun) stopPulling(r *route) {
+	run.cancel()
+	r.puller.stop()
+	<-run.watchdog
+}
+
+// finish waits, after stopPulling, until every worker of r has settled
+// what it held and every ack is confirmed or given up.
+func (run *routeRun) finish(r *route) {
+	r.workers.stop()
+	r.acks.stop() // every ack sent is confirmed or given up (acks.go)
+	close(run.workersDone)
+	<-run.keeper
+	run.cancelWork(nil)
+}
+
 // New builds a Bridge from a validated configuration. It does no I/O:
 // streams and consumers are provisioned by Run.
 func New(cfg *config.Config, js jetstream.JetStream, opts Options) (*Bridge, error) {
 	b := &Bridge{
-		ready: make(chan struct{}),
-		cfg:   cfg,
-		js:    js,
-		opts:  opts,
-		log:   opts.Logger,
-		dests: make(map[string]*destination, len(cfg.Destinations)),
-		tr:    newTracer(opts.TracerProvider, cfg.Tracing.EventID, cfg.Log.URLPaths),
+		ready:    make(chan struct{}),
+		cfg:      cfg,
+		applied:  cfg,
+		js:       js,
+		opts:     opts,
+		log:      opts.Logger,
+		dests:    make(map[string]*destination, len(cfg.Destinations)),
+		tr:       newTracer(opts.TracerProvider, cfg.Tracing.EventID, cfg.Log.URLPaths),
+		reloader: liveReload{},
 	}
 	m, err := newMetrics(opts.Registerer, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("bridge: metrics: %w", err)
 	}
 	b.m = m
-	onBreaker := func(dest string, from, to BreakerState) {
-		m.circuit.WithLabelValues(dest).Set(float64(to))
-		if opts.OnBreaker != nil {
-			opts.OnBreaker(dest, from, to)
-		}
-	}
 	for name, dc := range cfg.Destinations {
-		d, err := newDestination(dc, b.log, onBreaker, m)
+		d, err := b.newDestination(dc)
 		if err != nil {
 			return nil, err
 		}
-		d.trace = b.tr.forDestination(d)
 		b.dests[name] = d
 	}
 	if opts.Registerer != nil {
-		if err := opts.Registerer.Register(newHeldCollector(b.dests)); err != nil {
+		if err := opts.Registerer.Register(newHeldCollector(b)); err != nil {
 			return nil, fmt.Errorf("bridge: metrics: %w", err)
 		}
 	}
-	for _, rc := range cfg.Routes {
-		d, ok := b.dests[rc.Destination]
-		if !ok { // config.Validate rejects this; a hand-built Config may not
-			return nil, fmt.Errorf("bridge: route %s: unknown destination %q", rc.Name, rc.Destination)
-		}
-		b.routes = append(b.routes, newRoute(b, rc, d))
-		d.poolSize += rc.MaxInFlight
+	routes, err := b.newRoutes(cfg, b.dests)
+	if err != nil {
+		return nil, err
 	}
-	for _, d := range b.dests {
+	b.routes = routes
+	sizes := poolSizes(cfg)
+	for name, d := range b.dests {
+		d.poolSize = sizes[name]
 		d.sizePool()
 	}
 	b.health = newReadiness(b.routes)
 	return b, nil
+}
+
+// newDestination builds destination dc of the bridge: its breaker
+// transitions set bridge_circuit_state and reach Options.OnBreaker.
+func (b *Bridge) newDestination(dc *config.Destination) (*destination, error) {
+	onBreaker := func(dest string, from, to BreakerState) {
+		b.m.circuit.WithLabelValues(dest).Set(float64(to))
+		if b.opts.OnBreaker != nil {
+			b.opts.OnBreaker(dest, from, to)
+		}
+	}
+	d, err := newDestination(dc, b.log, onBreaker, b.m)
+	if err != nil {
+		return nil, err
+	}
+	d.trace = b.tr.forDestination(d)
+	return d, nil
+}
+
+// newRoutes builds the routes of cfg on dests.
+func (b *Bridge) newRoutes(cfg *config.Config, dests map[string]*destination) ([]*route, error) {
+	routes := make([]*route, 0, len(cfg.Routes))
+	for _, rc := range cfg.Routes {
+		d, ok := dests[rc.Destination]
+		if !ok { // config.Validate rejects this; a hand-built Config may not
+			return nil, fmt.Errorf("bridge: route %s: unknown destination %q", rc.Name, rc.Destination)
+		}
+		routes = append(routes, newRoute(b, rc, d))
+	}
+	return routes, nil
+}
+
+// poolSizes is, by destination, the sum of max_in_flight of the routes of
+// cfg delivering to it: the most requests it can have in flight at once.
+func poolSizes(cfg *config.Config) map[string]int {
+	out := make(map[string]int, len(cfg.Destinations))
+	for _, rc := range cfg.Routes {
+		out[rc.Destination] += rc.MaxInFlight
+	}
+	return out
 }
 
 // Run provisions the streams and consumers, then delivers until ctx ends.
@@ -153,44 +277,46 @@ func (b *Bridge) Run(ctx context.Context) error {
 	work, stopWork := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopWork(nil)
 
-	var loops, keepers sync.WaitGroup
-	workersDone := make(chan struct{})
+	b.reloadMu.Lock()
+	rs := &runState{ctx: ctx, work: work, runs: make(map[*route]*routeRun, len(b.routes))}
 	for _, r := range b.routes {
-		r.acks.start(b.js.Conn())
-		r.workers.start(ctx, work)
-		r.puller.start(ctx)
-		loops.Go(func() { r.watchdog(ctx) })
-		// Progress acks run until every worker has settled what it holds,
-		// the drain included.
-		keepers.Go(func() { r.progressLoop(workersDone) })
+		if !r.cfg.Paused {
+			rs.runs[r] = b.startRoute(rs, r)
+		}
 	}
+	b.running = rs
+	started := len(rs.runs)
+	b.reloadMu.Unlock()
+
+	var loops sync.WaitGroup
 	loops.Go(func() { b.watchReadiness(ctx) })
 	loops.Go(func() { b.advisories(ctx) })
 	close(b.ready)
-	b.log.Info().Int("routes", len(b.routes)).Msg("bridge running")
+	b.log.Info().Int("routes", started).Msg("bridge running")
 	<-ctx.Done()
-	for _, r := range b.routes {
-		r.puller.stop()
+	// From here on no reload applies (Reload answers ErrNotRunning).
+	b.reloadMu.Lock()
+	b.running = nil
+	b.reloadMu.Unlock()
+	for r, run := range rs.runs {
+		run.stopPulling(r)
 	}
 	loops.Wait()
 
 	drained := make(chan struct{})
 	go func() {
-		for _, r := range b.routes {
-			r.workers.stop()
+		for r, run := range rs.runs {
+			run.finish(r)
 		}
-		// Every ack sent is confirmed or given up (acks.go).
-		for _, r := range b.routes {
-			r.acks.stop()
-		}
-		close(workersDone)
-		keepers.Wait()
+		b.retiring.Wait() // routes a reload retired
 		close(drained)
 	}()
 	b.drain(drained, stopWork)
+	b.mu.RLock()
 	for _, d := range b.dests {
 		d.close()
 	}
+	b.mu.RUnlock()
 	b.log.Info().Msg("bridge stopped")
 	return nil
 }
@@ -218,7 +344,9 @@ func (b *Bridge) provisionRetrying(ctx context.Context) bool {
 // held), for at most shutdown_timeout: then it interrupts the remaining
 // attempts (stopWork) and waits for them to be settled.
 func (b *Bridge) drain(drained <-chan struct{}, stopWork context.CancelCauseFunc) {
-	grace := b.cfg.ShutdownTimeout.D()
+	b.mu.RLock()
+	grace := b.applied.ShutdownTimeout.D()
+	b.mu.RUnlock()
 	b.log.Info().Str("shutdown_timeout", grace.String()).Msg("stopped pulling; draining in-flight attempts")
 	t := time.NewTimer(grace)
 	defer t.Stop()

@@ -24,6 +24,7 @@ import (
 // the pipeline it started with), close ends it once every attempt has
 // ended.
 type destination struct {
+	cfg    *config.Destination // what it was built from; never changed
 	name   string
 	format string
 	// baseHeader is the configured headers, canonical, without the
@@ -64,6 +65,7 @@ type destination struct {
 
 func newDestination(cfg *config.Destination, log zerolog.Logger, onState func(dest string, from, to BreakerState), m *metrics) (*destination, error) {
 	d := &destination{
+		cfg:       cfg,
 		m:         m,
 		name:      cfg.Name,
 		format:    cfg.Format,

@@ -148,7 +148,7 @@ const severityLogEvery = 10 * time.Minute
 // names the two severities (the header's as INFO, WARNING, CRITICAL or
 // "invalid"), never the header's value.
 func (r *route) noteSeverityIgnored(ev *event) {
-	n := r.b.m.severityMismatches[r.cfg.Name]
+	n := r.b.m.children.Load().severity[r.cfg.Name]
 	if n == nil { // a route the metrics were not built for: counted only
 		r.b.m.severityMismatch.WithLabelValues(r.cfg.Name).Inc()
 		return

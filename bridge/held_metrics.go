@@ -8,12 +8,12 @@ import "github.com/prometheus/client_golang/prometheus"
 // breaker alert needs it: a breaker left open on an idle bridge, with
 // nothing held, stops no delivery (docs/alerts.md#jetbridgecircuitbreakeropen).
 type heldCollector struct {
-	dests map[string]*destination
-	desc  *prometheus.Desc
+	b    *Bridge // its destinations in force
+	desc *prometheus.Desc
 }
 
-func newHeldCollector(dests map[string]*destination) heldCollector {
-	return heldCollector{dests: dests, desc: prometheus.NewDesc("bridge_destination_held",
+func newHeldCollector(b *Bridge) heldCollector {
+	return heldCollector{b: b, desc: prometheus.NewDesc("bridge_destination_held",
 		"Messages of every route held by the destination's open (or probing) circuit breaker: they wait, their delivery count unspent.",
 		[]string{"destination"}, nil)}
 }
@@ -21,7 +21,9 @@ func newHeldCollector(dests map[string]*destination) heldCollector {
 func (c heldCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 func (c heldCollector) Collect(ch chan<- prometheus.Metric) {
-	for name, d := range c.dests {
+	c.b.mu.RLock()
+	defer c.b.mu.RUnlock()
+	for name, d := range c.b.dests {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(d.held.Load()), name)
 	}
 }

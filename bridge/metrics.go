@@ -1,8 +1,10 @@
 package bridge
 
 import (
+	"maps"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -49,17 +51,22 @@ type metrics struct {
 	// idempotencyConflicts counts event-id conflicts found (idempotency.go).
 	idempotencyConflicts *prometheus.CounterVec // route, part
 
-	// Children of the hot path, looked up once here rather than per
-	// message; read-only after newMetrics.
-	settledChildren map[string]map[Outcome]prometheus.Counter // route -> outcome
-	destChildren    map[string]*destMetrics
-
 	// severityMismatch counts Event-Severity headers ignored because the
-	// subject's severity token disagreed (event.go); severityMismatches
-	// holds each route's child and log throttle, read-only after
-	// newMetrics.
-	severityMismatch   *prometheus.CounterVec // route
-	severityMismatches map[string]*severityMismatches
+	// subject's severity token disagreed (event.go).
+	severityMismatch *prometheus.CounterVec // route
+
+	// children are the series of the hot path, looked up once rather than
+	// per message. A value is never changed: a reload that adds a route or
+	// a destination stores a copy with them (addNames), so the hot path
+	// reads them with one atomic load, no lock.
+	children atomic.Pointer[hotChildren]
+}
+
+// hotChildren are the hot path's series by route and destination name.
+type hotChildren struct {
+	settled  map[string]map[Outcome]prometheus.Counter // route -> outcome
+	dest     map[string]*destMetrics
+	severity map[string]*severityMismatches // each route's child and log throttle
 }
 
 // severityMismatches is one route's ignored Event-Severity headers: the
@@ -175,33 +182,50 @@ func newMetrics(reg prometheus.Registerer, cfg *config.Config) (*metrics, error)
 			return nil, err
 		}
 	}
-	m.severityMismatches = make(map[string]*severityMismatches, len(cfg.Routes))
+	m.children.Store(&hotChildren{settled: map[string]map[Outcome]prometheus.Counter{}, dest: map[string]*destMetrics{}, severity: map[string]*severityMismatches{}})
+	routes := make([]string, 0, len(cfg.Routes))
 	for _, r := range cfg.Routes {
-		m.severityMismatches[r.Name] = &severityMismatches{count: m.severityMismatch.WithLabelValues(r.Name), log: throttle.Log{Interval: severityLogEvery}}
+		routes = append(routes, r.Name)
 	}
-	m.settledChildren = make(map[string]map[Outcome]prometheus.Counter, len(cfg.Routes))
-	m.destChildren = make(map[string]*destMetrics, len(cfg.Destinations))
-	for _, r := range cfg.Routes {
-		children := make(map[Outcome]prometheus.Counter, 4)
-		for _, o := range []Outcome{OutcomeDelivered, OutcomeRedeliveryScheduled, OutcomeDeadLettered, OutcomeDuplicateSkipped} {
-			children[o] = m.messages.WithLabelValues(r.Name, string(o))
-		}
-		m.settledChildren[r.Name] = children
-		for _, reason := range deadletter.Reasons {
-			m.deadLetters.WithLabelValues(r.Name, string(reason))
-		}
-		for _, part := range []string{ConflictSubject, ConflictPayload} {
-			m.idempotencyConflicts.WithLabelValues(r.Name, part)
-		}
-		m.inFlight.WithLabelValues(r.Name)
-		m.payloadOmitted.WithLabelValues(r.Name)
-		m.consumerPending.WithLabelValues(r.Name)
-		m.idempotencyErrors.WithLabelValues(r.Name)
-	}
+	m.addNames(routes, cfg.DestinationNames())
 	for _, reason := range safetyNetReasons {
 		m.safetyNet.WithLabelValues(string(reason))
 	}
-	for name := range cfg.Destinations {
+	return m, nil
+}
+
+// addNames creates the series of the routes and destinations named (every
+// label combination exists from the start, at 0) and the hot path's
+// children of those it has none for yet. Callers serialise it (New, and
+// Reload under reloadMu).
+func (m *metrics) addNames(routes, dests []string) {
+	cur := m.children.Load()
+	next := &hotChildren{settled: maps.Clone(cur.settled), dest: maps.Clone(cur.dest), severity: maps.Clone(cur.severity)}
+	for _, name := range routes {
+		if _, ok := next.settled[name]; ok {
+			continue
+		}
+		next.severity[name] = &severityMismatches{count: m.severityMismatch.WithLabelValues(name), log: throttle.Log{Interval: severityLogEvery}}
+		children := make(map[Outcome]prometheus.Counter, 4)
+		for _, o := range []Outcome{OutcomeDelivered, OutcomeRedeliveryScheduled, OutcomeDeadLettered, OutcomeDuplicateSkipped} {
+			children[o] = m.messages.WithLabelValues(name, string(o))
+		}
+		next.settled[name] = children
+		for _, reason := range deadletter.Reasons {
+			m.deadLetters.WithLabelValues(name, string(reason))
+		}
+		for _, part := range []string{ConflictSubject, ConflictPayload} {
+			m.idempotencyConflicts.WithLabelValues(name, part)
+		}
+		m.inFlight.WithLabelValues(name)
+		m.payloadOmitted.WithLabelValues(name)
+		m.consumerPending.WithLabelValues(name)
+		m.idempotencyErrors.WithLabelValues(name)
+	}
+	for _, name := range dests {
+		if _, ok := next.dest[name]; ok {
+			continue
+		}
 		dm := &destMetrics{
 			duration: m.duration.WithLabelValues(name),
 			limit:    m.concurrencyLimit.WithLabelValues(name),
@@ -213,13 +237,13 @@ func newMetrics(reg prometheus.Registerer, cfg *config.Config) (*metrics, error)
 		for r, sev := range severities {
 			dm.waiting[r] = m.waiting.WithLabelValues(name, string(sev))
 		}
-		m.destChildren[name] = dm
+		next.dest[name] = dm
 		m.circuit.WithLabelValues(name)
 		m.rateLimitedSecs.WithLabelValues(name)
 		m.pausedSecs.WithLabelValues(name)
 		m.budgetRefusals.WithLabelValues(name)
 	}
-	return m, nil
+	m.children.Store(next)
 }
 
 // joinReasons lists reasons for a metric's help.
@@ -236,7 +260,7 @@ func joinReasons[R ~string](reasons []R) string {
 
 // observeTry records one HTTP try: status 0 means no response.
 func (m *metrics) observeTry(dest string, status int, took time.Duration) {
-	dm := m.destChildren[dest]
+	dm := m.children.Load().dest[dest]
 	if dm == nil || status < 0 || (status > 0 && status < 100) || status/100 >= len(dm.classes) || dm.classes[status/100] == nil {
 		m.requests.WithLabelValues(dest, tryClass(status)).Inc()
 		m.duration.WithLabelValues(dest).Observe(took.Seconds())
@@ -256,7 +280,7 @@ func tryClass(status int) string {
 }
 
 func (m *metrics) observeSettled(s Settled) {
-	if c := m.settledChildren[s.Route][s.Outcome]; c != nil {
+	if c := m.children.Load().settled[s.Route][s.Outcome]; c != nil {
 		c.Inc()
 	} else {
 		m.messages.WithLabelValues(s.Route, string(s.Outcome)).Inc()
@@ -275,7 +299,7 @@ func (m *metrics) observeSettled(s Settled) {
 // destination the metrics were built for uses its gauges as they are, no
 // label lookup and no allocation.
 func (m *metrics) observeGate(dest string, limit, inFlight int, waiting *[len(severities)][]*waiter) {
-	dm := m.destChildren[dest]
+	dm := m.children.Load().dest[dest]
 	for r, sev := range severities {
 		g := prometheus.Gauge(nil)
 		if dm != nil {

@@ -77,7 +77,7 @@ func (b *Bridge) Provision(ctx context.Context) error {
 		}
 		b.idem = newReservations(kv)
 	}
-	for _, r := range b.routes {
+	for _, r := range b.liveRoutes() {
 		if err := apiCall(ctx, r.bindConsumer); err != nil {
 			return fmt.Errorf("bridge: route %s: consumer: %w", r.cfg.Name, err)
 		}
@@ -209,7 +209,7 @@ func (b *Bridge) needsIdempotency() bool {
 	if b.cfg.Idempotency.Bucket == "" {
 		return false
 	}
-	for _, r := range b.routes {
+	for _, r := range b.liveRoutes() {
 		if r.cfg.Idempotency {
 			return true
 		}

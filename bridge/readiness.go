@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,13 +45,20 @@ func (b *Bridge) Readiness() error {
 	if se := b.storeHealth.err.Load(); se != nil {
 		return errors.New(se.Error() + ": reservations cannot be taken; the messages of idempotent routes are held until they can")
 	}
-	if err := b.health.reason(b.routes); err != nil {
+	if err := b.health.reason(b.liveRoutes()); err != nil {
 		return err
 	}
 	if b.opts.NoDelivery {
 		return ErrNoDelivery
 	}
 	return nil
+}
+
+// liveRoutes is a copy of the routes in force (a reload may replace them).
+func (b *Bridge) liveRoutes() []*route {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return slices.Clone(b.routes)
 }
 
 // storeHealth is the outcome of the last reservation attempt of any route:
@@ -148,6 +156,19 @@ func newReadiness(routes []*route) *readiness {
 		h.routes[r] = &routeHealth{}
 	}
 	return h
+}
+
+// track starts keeping the health of the routes a reload added, and
+// forgets the ones it retired.
+func (h *readiness) track(added, retired []*route) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, r := range added {
+		h.routes[r] = &routeHealth{}
+	}
+	for _, r := range retired {
+		delete(h.routes, r)
+	}
 }
 
 // setWatching records whether the watch runs; when it stops, waiting
@@ -315,7 +336,7 @@ func (b *Bridge) checkReadiness(ctx context.Context) {
 		h.streamGone = true // try again on the next round
 		h.mu.Unlock()
 	}
-	for _, r := range b.routes {
+	for _, r := range b.liveRoutes() {
 		b.checkConsumer(ctx, r)
 	}
 }
@@ -373,7 +394,7 @@ func full(info *jetstream.StreamInfo) bool {
 // deleted and exists again. It reports whether every route is bound.
 func (b *Bridge) rebindAfterStreamLoss(ctx context.Context) bool {
 	all := true
-	for _, r := range b.routes {
+	for _, r := range b.liveRoutes() {
 		lctx, cancel := context.WithTimeout(ctx, readinessTimeout)
 		err := r.bindConsumer(lctx)
 		cancel()
@@ -400,9 +421,12 @@ func (b *Bridge) checkConsumer(ctx context.Context, r *route) {
 	if err == nil {
 		b.m.consumerPending.WithLabelValues(r.cfg.Name).Set(float64(info.NumPending))
 	}
-	rh := b.health.routes[r]
 	b.health.mu.Lock()
 	defer b.health.mu.Unlock()
+	rh := b.health.routes[r]
+	if rh == nil {
+		return // retired by a reload meanwhile
+	}
 	switch {
 	case err == nil:
 		rh.failures, rh.lastErr = 0, ""

@@ -333,6 +333,8 @@ func (n *safetyNet) failed(ctx context.Context, m jetstream.Msg, err error, deli
 
 // routeNamed is the route this replica runs under that name, or nil.
 func (b *Bridge) routeNamed(name string) *route {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
 	for _, r := range b.routes {
 		if r.cfg.Name == name {
 			return r

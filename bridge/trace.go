@@ -122,8 +122,7 @@ func (t *tracer) startDelivery(ctx context.Context, r *route, m jetstream.Msg, e
 // forwardsBaggage reports whether the route's destination enables
 // forward_baggage: only then does a message's W3C baggage reach it.
 func (r *route) forwardsBaggage() bool {
-	d := r.b.cfg.Destinations[r.cfg.Destination]
-	return d != nil && d.ForwardBaggage
+	return r.dest.cfg.ForwardBaggage
 }
 
 // traceWait records time spent waiting (held by the open breaker, or for

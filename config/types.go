@@ -199,6 +199,10 @@ type Route struct {
 	RedeliverStatuses []int      `yaml:"redeliver_statuses"`
 	MaxRetryAfter     Duration   `yaml:"max_retry_after"`
 	Idempotency       bool       `yaml:"idempotency"`
+	// Paused: nothing is pulled for the route; its consumer is kept (and
+	// created when absent). A reload pauses or resumes a route live
+	// (docs/configuration.md#what-a-reload-applies).
+	Paused bool `yaml:"paused"`
 }
 
 // Duration is a time.Duration written as a Go duration string ("250ms").

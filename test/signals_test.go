@@ -1,7 +1,14 @@
 package test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -11,77 +18,289 @@ import (
 	"github.com/sotercare/jetbridge/jetbridgetest"
 )
 
-// SIGHUP never stops the bridge (docs/deploy.md#signals): with the real
-// binary, a SIGHUP with a valid file is logged as valid and counted
-// needs_restart, one with a broken file is logged with the file's error
-// and counted invalid; the bridge keeps delivering with the configuration
-// it started with, and SIGTERM still drains and exits 0.
-func TestSIGHUPValidatesAndNeverStops(t *testing.T) {
+// reloadStatus is /status's "config" object (docs/operating.md#health-status-and-metrics).
+type reloadStatus struct {
+	File       string    `json:"file"`
+	Digest     string    `json:"digest"`
+	LoadedAt   time.Time `json:"loaded_at"`
+	LastReload *struct {
+		Time   time.Time `json:"time"`
+		Result string    `json:"result"`
+		Error  string    `json:"error"`
+	} `json:"last_reload"`
+}
+
+// configStatus is the bridge's /status "config" object.
+func (p *proc) configStatus(t *testing.T) reloadStatus {
+	t.Helper()
+	resp, err := http.Get("http://" + p.admin + "/status")
+	if err != nil {
+		t.Fatalf("GET /status: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Config *reloadStatus `json:"config"`
+	}
+	if err := json.Unmarshal(body, &st); err != nil || st.Config == nil {
+		t.Fatalf("/status has no config object (%v): %s", err, body)
+	}
+	return *st.Config
+}
+
+func fileDigest(t *testing.T, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(data)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// writeConfig replaces the file at path with data by a rename, as editors
+// and ConfigMaps do.
+func writeConfig(t *testing.T, path, data string) {
+	t.Helper()
+	tmp := filepath.Join(filepath.Dir(path), ".bridge.yaml.tmp")
+	if err := os.WriteFile(tmp, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// SIGHUP reloads the file (docs/deploy.md#signals): a destination moved to
+// a second receiver is applied; a broken file (an unknown key, a bad
+// duration, an unknown destination) and a change that needs a restart are
+// refused whole, logged with the file's line or the key, counted and shown
+// in /status, and the bridge keeps delivering with the configuration in
+// force; SIGHUP never stops it, and SIGTERM still drains and exits 0.
+func TestSIGHUPReloads(t *testing.T) {
 	srv := jetbridgetest.NewServer(t)
 	_, js := srv.Connect(t)
-	sink := jetbridgetest.NewReceiver(t)
-	sc := scenario{natsURL: srv.URL(), sinkURL: sink.URL(), maxInFlight: 4, ackWait: 30 * time.Second, shutdownTimeout: 5 * time.Second}
+	first, second := jetbridgetest.NewReceiver(t), jetbridgetest.NewReceiver(t)
+	sc := scenario{natsURL: srv.URL(), sinkURL: first.URL(), maxInFlight: 4, ackWait: 30 * time.Second, shutdownTimeout: 5 * time.Second}
 	path := sc.file(t)
 	b := runBridge(t, path)
-	l := natstest.NewLedger("hup", 2)
+	l := natstest.NewLedger("hup", 8)
 	l.PublishOne(t, js, "events.info.hup", 1)
-	waitCount(t, sink, 1, countTimeout)
+	waitCount(t, first, 1, countTimeout)
+	if st := b.configStatus(t); st.Digest != fileDigest(t, path) || st.File != path || st.LastReload != nil {
+		t.Fatalf("/status config at start: %+v, want the file's digest and no reload yet", st)
+	}
 
 	reloads := func(result string) float64 {
 		return b.metric(t, "bridge_config_reloads_total", `result="`+result+`"`)
 	}
-	hup := func() {
+	hupUntil := func(result string, want float64) {
 		t.Helper()
 		if err := b.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 			t.Fatalf("SIGHUP: %v", err)
 		}
-	}
-	// A valid file: logged as valid, counted needs_restart.
-	hup()
-	natstest.Eventually(t, countTimeout, func() error {
-		b.failIfExited(t)
-		if reloads("needs_restart") != 1 {
-			return errString("needs_restart not counted yet")
-		}
-		return nil
-	})
-	if !strings.Contains(b.stdout.String(), "SIGHUP: the configuration file is valid; it takes effect at the next start") {
-		t.Errorf("no log line for the valid file:\n%s", b.stdout.String())
+		natstest.Eventually(t, countTimeout, func() error {
+			b.failIfExited(t)
+			if got := reloads(result); got != want {
+				return fmt.Errorf("%s reloads %v, want %v", result, got, want)
+			}
+			return nil
+		})
 	}
 
-	// A broken file: logged with the key and line, counted invalid.
-	if err := os.WriteFile(path, []byte(sc.yaml()+"  - name: x\n    subjects: [\"events.>\"]\n    destination: nowhere\n"), 0o600); err != nil {
-		t.Fatal(err)
+	// The destination moves to the second receiver: applied.
+	moved := sc
+	moved.sinkURL = second.URL()
+	writeConfig(t, path, moved.yaml())
+	hupUntil("applied", 1)
+	l.PublishOne(t, js, "events.info.hup", 2)
+	waitCount(t, second, 1, countTimeout)
+	if st := b.configStatus(t); st.Digest != fileDigest(t, path) || st.LastReload == nil || st.LastReload.Result != "applied" {
+		t.Fatalf("/status config after the reload: %+v, want the new digest and applied", st)
 	}
-	hup()
-	natstest.Eventually(t, countTimeout, func() error {
-		b.failIfExited(t)
-		if reloads("invalid") != 1 {
-			return errString("invalid not counted yet")
+	applied := fileDigest(t, path)
+
+	// Broken files: refused, named by line or key; the moved destination
+	// keeps delivering.
+	broken := []struct{ name, yaml, names string }{
+		{"unknown key", strings.Replace(moved.yaml(), "    timeout: 10s\n", "    timeout: 10s\n    tiemout: 2s\n", 1), "bridge.yaml:"},
+		{"bad duration", strings.Replace(moved.yaml(), "timeout: 10s", "timeout: ten", 1), "bridge.yaml:"},
+		{"unknown destination", moved.yaml() + "  - name: x\n    subjects: [\"events.>\"]\n    destination: nowhere\n", "routes[1].destination"},
+	}
+	for i, bad := range broken {
+		writeConfig(t, path, bad.yaml)
+		hupUntil("invalid", float64(i+1))
+		st := b.configStatus(t)
+		if st.Digest != applied || st.LastReload == nil || st.LastReload.Result != "invalid" || !strings.Contains(st.LastReload.Error, bad.names) {
+			t.Fatalf("%s: /status config %+v, want the applied digest and an invalid reload naming %q", bad.name, st, bad.names)
 		}
-		return nil
-	})
-	out := b.stdout.String()
-	if !strings.Contains(out, "SIGHUP: the configuration file is invalid; the running configuration is unchanged") ||
-		!strings.Contains(out, `routes[1].destination`) {
+		l.PublishOne(t, js, "events.info.hup", 3+i)
+		waitCount(t, second, 2+i, countTimeout)
+	}
+	if out := b.stdout.String(); !strings.Contains(out, "reload: the configuration file is invalid; the running configuration is unchanged") ||
+		!strings.Contains(out, "routes[1].destination") {
 		t.Errorf("no log line naming the broken key:\n%s", out)
 	}
-	if got := []float64{reloads("applied"), reloads("invalid"), reloads("needs_restart")}; got[0] != 0 || got[1] != 1 || got[2] != 1 {
-		t.Errorf("reloads applied/invalid/needs_restart = %v, want [0 1 1]", got)
+
+	// A change that needs a restart, with a live change beside it: refused whole.
+	restart := sc // back to the first receiver...
+	writeConfig(t, path, restart.yaml()+"stream:\n  max_age: 2h\n")
+	hupUntil("needs_restart", 1)
+	if st := b.configStatus(t); st.Digest != applied || !strings.Contains(st.LastReload.Error, "stream.max_age") {
+		t.Fatalf("/status config after a restart-only change: %+v", st)
+	}
+	l.PublishOne(t, js, "events.info.hup", 6)
+	waitCount(t, second, 5, countTimeout) // ...which the refusal did not apply
+	if got := []float64{reloads("applied"), reloads("invalid"), reloads("needs_restart")}; got[0] != 1 || got[1] != 3 || got[2] != 1 {
+		t.Errorf("reloads applied/invalid/needs_restart = %v, want [1 3 1]", got)
 	}
 
-	// Still delivering, then SIGTERM drains and exits 0.
-	l.PublishOne(t, js, "events.info.hup", 2)
-	waitCount(t, sink, 2, countTimeout)
 	b.term(t)
 	if code := b.wait(t, 10*time.Second); code != 0 {
 		t.Errorf("exit %d after SIGTERM, want 0", code)
 	}
-	if got := sink.Count(); got != 2 {
-		t.Errorf("the destination got %d requests, want 2", got)
+	if got := []int{first.Count(), second.Count()}; got[0] != 1 || got[1] != 5 {
+		t.Errorf("requests at the first and second receivers %v, want [1 5]", got)
 	}
 }
 
-type errString string
+// bridge run --watch applies a change of the file once it is left alone,
+// written in place or renamed over it, and never a half-written file.
+func TestWatchAppliesWritesNeverPartialOnes(t *testing.T) {
+	srv := jetbridgetest.NewServer(t)
+	_, js := srv.Connect(t)
+	first, second := jetbridgetest.NewReceiver(t), jetbridgetest.NewReceiver(t)
+	sc := scenario{natsURL: srv.URL(), sinkURL: first.URL(), maxInFlight: 4, ackWait: 30 * time.Second, shutdownTimeout: 5 * time.Second}
+	path := sc.file(t)
+	b := &proc{admin: freeAddr(t)}
+	b.child = startBridge(t, bridgeBinary(t), []string{"run", "--config", path, "--watch"},
+		"JETBRIDGE_ADMIN_LISTEN="+b.admin, "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	b.waitReadyz(t, http.StatusOK, readyTimeout)
+	reloads := func(result string) float64 {
+		return b.metric(t, "bridge_config_reloads_total", `result="`+result+`"`)
+	}
+	waitReloads := func(result string, want float64) {
+		t.Helper()
+		natstest.Eventually(t, countTimeout, func() error {
+			b.failIfExited(t)
+			if got := reloads(result); got != want {
+				return fmt.Errorf("%s reloads %v, want %v", result, got, want)
+			}
+			return nil
+		})
+	}
+	l := natstest.NewLedger("watch", 4)
 
-func (e errString) Error() string { return string(e) }
+	// A half-written file: the first part of the new one, cut inside a
+	// key, left alone for longer than the debounce. It is refused.
+	moved := sc
+	moved.sinkURL = second.URL()
+	full := moved.yaml()
+	half := full[:strings.Index(full, "destination: sink")+len("destinat")]
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(half); err != nil {
+		t.Fatal(err)
+	}
+	waitReloads("invalid", 1)
+	l.PublishOne(t, js, "events.info.watch", 1)
+	waitCount(t, first, 1, countTimeout)
+	if reloads("applied") != 0 {
+		t.Fatal("the half-written file was applied")
+	}
+	// The writer finishes: applied.
+	if _, err := f.WriteString(full[len(half):]); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitReloads("applied", 1)
+	l.PublishOne(t, js, "events.info.watch", 2)
+	waitCount(t, second, 1, countTimeout)
+
+	// Renamed over the file (an editor, a ConfigMap): applied.
+	writeConfig(t, path, sc.yaml())
+	waitReloads("applied", 2)
+	l.PublishOne(t, js, "events.info.watch", 3)
+	waitCount(t, first, 2, countTimeout)
+	if st := b.configStatus(t); st.Digest != fileDigest(t, path) {
+		t.Fatalf("/status digest %s, want the file's %s", st.Digest, fileDigest(t, path))
+	}
+	if got := []float64{reloads("applied"), reloads("invalid"), reloads("needs_restart")}; got[0] != 2 || got[1] != 1 || got[2] != 0 {
+		t.Errorf("reloads applied/invalid/needs_restart = %v, want [2 1 0]", got)
+	}
+	b.term(t)
+	if code := b.wait(t, 10*time.Second); code != 0 {
+		t.Errorf("exit %d after SIGTERM, want 0", code)
+	}
+	if got := []int{first.Count(), second.Count()}; got[0] != 2 || got[1] != 1 {
+		t.Errorf("requests at the first and second receivers %v, want [2 1]", got)
+	}
+}
+
+// bridge run --watch follows a Kubernetes ConfigMap volume's update: the
+// file is a link through ..data to a timestamped directory, and the update
+// swaps ..data to a new directory by a rename.
+func TestWatchFollowsConfigMapSwap(t *testing.T) {
+	srv := jetbridgetest.NewServer(t)
+	_, js := srv.Connect(t)
+	first, second := jetbridgetest.NewReceiver(t), jetbridgetest.NewReceiver(t)
+	sc := scenario{natsURL: srv.URL(), sinkURL: first.URL(), maxInFlight: 4, ackWait: 30 * time.Second, shutdownTimeout: 5 * time.Second}
+	dir := t.TempDir()
+	version := func(name, yaml string) {
+		t.Helper()
+		if err := os.Mkdir(filepath.Join(dir, name), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name, "bridge.yaml"), []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(name, filepath.Join(dir, "..data_tmp")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	version("..2026_12_03_v1", sc.yaml())
+	path := filepath.Join(dir, "bridge.yaml")
+	if err := os.Symlink(filepath.Join("..data", "bridge.yaml"), path); err != nil {
+		t.Fatal(err)
+	}
+	b := &proc{admin: freeAddr(t)}
+	b.child = startBridge(t, bridgeBinary(t), []string{"run", "--config", path, "--watch"},
+		"JETBRIDGE_ADMIN_LISTEN="+b.admin, "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	b.waitReadyz(t, http.StatusOK, readyTimeout)
+	l := natstest.NewLedger("cm", 2)
+	l.PublishOne(t, js, "events.info.cm", 1)
+	waitCount(t, first, 1, countTimeout)
+
+	moved := sc
+	moved.sinkURL = second.URL()
+	version("..2026_12_03_v2", moved.yaml())
+	if err := os.RemoveAll(filepath.Join(dir, "..2026_12_03_v1")); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, countTimeout, func() error {
+		b.failIfExited(t)
+		if got := b.metric(t, "bridge_config_reloads_total", `result="applied"`); got != 1 {
+			return fmt.Errorf("applied reloads %v, want 1", got)
+		}
+		return nil
+	})
+	l.PublishOne(t, js, "events.info.cm", 2)
+	waitCount(t, second, 1, countTimeout)
+	if got := b.metric(t, "bridge_config_reloads_total", `result="invalid"`); got != 0 {
+		t.Errorf("invalid reloads %v during the swap, want 0", got)
+	}
+	b.term(t)
+	if code := b.wait(t, 10*time.Second); code != 0 {
+		t.Errorf("exit %d after SIGTERM, want 0", code)
+	}
+}

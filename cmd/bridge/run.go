@@ -34,12 +34,14 @@ import (
 type runOptions struct {
 	config, server string
 	noDelivery     bool // docs/operating.md#forensics-without-delivery
+	watch          bool
 }
 
 func (o *runOptions) register(fs *pflag.FlagSet) {
 	configFlag(fs, &o.config)
 	serverFlag(fs, &o.server)
 	fs.BoolVar(&o.noDelivery, "no-delivery", false, "serve JetStream and the admin endpoints, provision, but pull nothing (forensics; /readyz stays 503)")
+	fs.BoolVar(&o.watch, "watch", false, "reload the configuration file when it changes (as on SIGHUP), once it has been left alone for 500ms")
 }
 
 func newRunCmd() *cobra.Command {
@@ -61,9 +63,15 @@ the bridge starts an embedded JetStream (nats.embedded). While NATS cannot
 be reached the bridge logs why and /readyz says "cannot reach NATS at ...".
 
 SIGHUP (systemctl reload, an ssh hang-up) never stops the bridge: it
-validates the configuration file, logs whether it is valid, and changes
-nothing; the file takes effect at the next start.`,
+reloads the configuration file. The file is validated whole and applied
+whole (destinations, routes added, removed, changed or paused), or refused
+whole with the reason logged, counted in bridge_config_reloads_total and
+shown in /status, while the running configuration stays. A change to
+nats, stream, dead_letter, idempotency, admin, log or tracing needs a
+restart and is refused. With --watch, a change of the file reloads it too
+(a rename over it, or a Kubernetes ConfigMap update, counts).`,
 		Example: `  bridge run --config config/quickstart.yaml
+  bridge run --config config/quickstart.yaml --watch                     # reload on a change of the file
   bridge run --config config/quickstart.yaml -s nats://127.0.0.1:4222   # join a running server`,
 		Args: cli.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error { return cmdRun(o, c.OutOrStdout(), c.ErrOrStderr()) },
@@ -96,7 +104,7 @@ func cmdRun(o runOptions, stdout, stderr io.Writer) error {
 		log.Info().Str("url", cfg.NATS.URL.RedactedURL()).
 			Msg("NATS server taken from $NATS_URL (nats.url is empty); unset NATS_URL to start the embedded server instead")
 	}
-	d, err := newDaemon(cfg, log, reloadSource{path: configPath(o.config), signals: hup})
+	d, err := newDaemon(cfg, log, reloadSource{path: configPath(o.config), server: o.server, signals: hup, watch: o.watch})
 	if err != nil {
 		return err
 	}
@@ -112,7 +120,7 @@ func cmdRun(o runOptions, stdout, stderr io.Writer) error {
 type daemon struct {
 	cfg    *config.Config
 	log    zerolog.Logger
-	reload reloadSource
+	reload *reloader // SIGHUP and --watch
 	reg    *prometheus.Registry
 	state  processState
 	admin  *adminSwitch
@@ -126,8 +134,13 @@ type daemon struct {
 // newDaemon builds the daemon; its error is a configuration error (exit
 // 2).
 func newDaemon(cfg *config.Config, log zerolog.Logger, reload reloadSource) (*daemon, error) {
-	d := &daemon{cfg: cfg, log: log, reload: reload, reg: prometheus.NewRegistry()}
+	d := &daemon{cfg: cfg, log: log, reg: prometheus.NewRegistry()}
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var data []byte // the file as in force, for /status's digest
+	if reload.path != "" {
+		data, _ = readConfigFile(reload.path)
+	}
+	d.reload = newReloader(reload, data, log, d.reg)
 	registerProcessMetrics(d.reg, &d.state)
 	d.admin = newAdminSwitch(d.reg)
 	// The token guards the whole switch: /status and /metrics need it
@@ -153,7 +166,11 @@ func (d *daemon) run(ctx context.Context) error {
 		log.Warn().Str("key", w.Key).Msg(w.Text)
 	}
 	reloadCtx, cancelReloads := context.WithCancel(ctx)
-	waitReloads := watchReloads(reloadCtx, d.reload, log, d.reg)
+	defer cancelReloads()
+	waitReloads, err := d.reload.run(reloadCtx)
+	if err != nil {
+		return &exitError{Code: 1, Msg: err.Error()}
+	}
 	defer func() { cancelReloads(); waitReloads() }()
 	adminTLS, err := adminTLSConfig(cfg.Admin.TLS, log)
 	if err != nil {
@@ -186,6 +203,7 @@ func (d *daemon) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	d.reload.setBridge(b)
 	d.admin.setBridge(b.AdminHandler(d.reg))
 	ready := b.Readiness
 	d.state.ready.Store(&ready)
