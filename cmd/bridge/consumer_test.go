@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -326,5 +327,106 @@ func TestConsumerDeletedRouteComesBack(t *testing.T) {
 	slices.Sort(ids)
 	if want := []string{"a-1", "a-1", "a-2", "a-2"}; !slices.Equal(ids, want) {
 		t.Fatalf("event ids delivered %v, want %v", ids, want)
+	}
+}
+
+// The transcript of docs/operating.md#removing-a-route-for-good, run: its
+// commands against a server holding what it shows (config/sotercare.yaml's
+// two routes, a leftover family-digest consumer), its outputs compared
+// line for line, times aside.
+func TestConsumerDocsTranscript(t *testing.T) {
+	unsetenv(t, "BRIDGE_CONFIG")
+	doc, err := os.ReadFile("../../docs/operating.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), "\n## Removing a route for good\n")
+	if !ok {
+		t.Fatal("docs/operating.md has no section Removing a route for good")
+	}
+	_, block, ok := strings.Cut(section, "\n```\n$ ")
+	block, _, ok2 := strings.Cut(block, "\n```\n")
+	if !ok || !ok2 {
+		t.Fatal("the section has no transcript")
+	}
+	type step struct {
+		args []string
+		want string
+	}
+	var steps []step
+	for _, l := range strings.SplitAfter("$ "+block+"\n", "\n") {
+		if cmd, ok := strings.CutPrefix(l, "$ go run ./cmd/bridge "); ok {
+			steps = append(steps, step{args: strings.Fields(strings.ReplaceAll(cmd, "config/", "../../config/"))})
+		} else if len(steps) > 0 {
+			steps[len(steps)-1].want += l
+		}
+	}
+	if len(steps) != 2 {
+		t.Fatalf("%d commands in the transcript, want 2", len(steps))
+	}
+
+	srv := natstest.Start(t)
+	_, js := natstest.Connect(t, srv.URL())
+	cfg, err := config.LoadFile("../../config/sotercare.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.NATS.URL = config.Secret(srv.URL())
+	b, err := bridge.New(cfg, js, bridge.Options{Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := b.Provision(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateOrUpdateConsumer(ctx, "EVENTS", jetstream.ConsumerConfig{
+		Durable: "family-digest", FilterSubjects: []string{"events.info.care.family.>"}, AckPolicy: jetstream.AckExplicitPolicy,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	publish := func(subject string, n int) {
+		for range n {
+			if _, err := js.Publish(ctx, subject, []byte(`{}`)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// take fetches one message from the consumer, acknowledged or not.
+	take := func(name string, ack bool) {
+		c, err := js.Consumer(ctx, "EVENTS", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := c.Next(jetstream.FetchMaxWait(10 * time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ack {
+			if err := m.DoubleAck(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	publish("events.warning.care.caregiver.vitals", 1)
+	publish("events.critical.care.caregiver.fall", 1)
+	publish("events.info.care.family.digest", 15)
+	take("caregiver-alerts", true)
+	take("caregiver-critical", false)
+	take("family-digest", true)
+
+	times := regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ`)
+	for _, s := range steps {
+		r := runBridge(t, append(s.args, "--server", srv.URL())...)
+		if r.code != 0 {
+			t.Fatalf("%v: %s", s.args, r)
+		}
+		if got, want := times.ReplaceAllString(r.stdout, "TIME"), times.ReplaceAllString(s.want, "TIME"); got != want {
+			t.Errorf("%v:\n got:\n%s\nthe docs show:\n%s", s.args, r.stdout, s.want)
+		}
+	}
+	if _, err := js.Consumer(ctx, "EVENTS", "family-digest"); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		t.Errorf("family-digest after the transcript: %v, want deleted", err)
 	}
 }
