@@ -16,6 +16,7 @@ import (
 
 	"github.com/sotercare/jetbridge/bridge"
 	"github.com/sotercare/jetbridge/config"
+	"github.com/sotercare/jetbridge/internal/embedded"
 	"github.com/sotercare/jetbridge/internal/natstest"
 	"github.com/sotercare/jetbridge/internal/sinktest"
 	"github.com/sotercare/jetbridge/producer"
@@ -428,5 +429,64 @@ func TestConsumerDocsTranscript(t *testing.T) {
 	}
 	if _, err := js.Consumer(ctx, "EVENTS", "family-digest"); !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		t.Errorf("family-digest after the transcript: %v, want deleted", err)
+	}
+}
+
+// Against the store of a stopped embedded bridge the commands serve it
+// privately, as the dlq commands do: list shows its consumers, delete
+// deletes one for good (gone the next time the store is served).
+func TestConsumerStoppedEmbeddedStore(t *testing.T) {
+	unsetenv(t, "NATS_URL")
+	unsetenv(t, "BRIDGE_CONFIG")
+	path := writeDLQConfigFrom(t, dlqConfigWithoutRA, "", freePort(t), "http://127.0.0.1:1/")
+	cfg, err := config.LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What a bridge left: its streams and consumer rb, and ra's consumer
+	// (a route since removed from the file).
+	srv, err := embedded.Start(context.Background(), embedded.Options{StoreDir: cfg.NATS.Embedded.StoreDir, NoListen: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, js, err := dialPrivate(cfg, srv)
+	if err != nil {
+		srv.Shutdown()
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	b, err := bridge.New(cfg, js, bridge.Options{Logger: zerolog.Nop()})
+	if err == nil {
+		err = b.Provision(ctx)
+	}
+	if err == nil {
+		_, err = js.CreateOrUpdateConsumer(ctx, "EVENTS", jetstream.ConsumerConfig{Durable: "ra", FilterSubjects: []string{"events.info.a.>"}, AckPolicy: jetstream.AckExplicitPolicy})
+	}
+	if err == nil {
+		_, err = js.Publish(ctx, "events.info.a.one", []byte(`{}`))
+	}
+	nc.Close()
+	srv.Shutdown()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	want := `NAME  ROUTE          PENDING  ACK PENDING  LAST DELIVERY
+ra    not in config  1        0            never
+rb    in config      0        0            never
+`
+	if r := runBridge(t, "consumer", "list", "--config", path); r.code != 0 || r.stdout != want || r.stderr != "" {
+		t.Fatalf("consumer list on the stopped store: %s\nwant stdout:\n%s", r, want)
+	}
+	r := runBridge(t, "consumer", "delete", "ra", "--yes", "--config", path)
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "deleted consumer ra of stream EVENTS: it had 1 message pending and 0 acknowledgements pending\n") {
+		t.Fatalf("consumer delete on the stopped store: %s", r)
+	}
+	want = `NAME  ROUTE      PENDING  ACK PENDING  LAST DELIVERY
+rb    in config  0        0            never
+`
+	if r := runBridge(t, "consumer", "list", "--config", path); r.code != 0 || r.stdout != want || r.stderr != "" {
+		t.Fatalf("consumer list after the deletion: %s\nwant stdout:\n%s", r, want)
 	}
 }
