@@ -291,43 +291,60 @@ func TestConsumerUsage(t *testing.T) {
 // A route deleted, then given back to the file: the bridge creates its
 // consumer again, which starts from the stream's first message, so the
 // events the old consumer had delivered are delivered again (deliver
-// policy all, as the docs say). Control: the route's events were delivered
-// once, and the old consumer had nothing left, before the deletion.
+// policy all, as the docs say). Control: a restart with the consumer kept
+// delivers only the event published meanwhile.
 func TestConsumerDeletedRouteComesBack(t *testing.T) {
 	e := newConsumerEnv(t)
+	ids := func() []string {
+		var ids []string
+		for _, req := range e.sink.Requests() {
+			ids = append(ids, req.Header.Get(sinktest.EventIDHeader))
+		}
+		slices.Sort(ids)
+		return ids
+	}
+	settled := func(seq uint64) {
+		natstest.Eventually(t, 15*time.Second, func() error {
+			c, err := e.js.Consumer(e.ctx(), "EVENTS", "ra")
+			if err != nil {
+				return err
+			}
+			i, err := c.Info(e.ctx())
+			if err != nil {
+				return err
+			}
+			if i.NumPending != 0 || i.NumAckPending != 0 || i.AckFloor.Stream != seq {
+				return fmt.Errorf("ra: pending %d, ack pending %d, ack floor %d", i.NumPending, i.NumAckPending, i.AckFloor.Stream)
+			}
+			return nil
+		})
+	}
 	stop := e.runBridgeUntil(e.path)
 	e.publish("a-1", "events.info.a.one")
 	e.publish("a-2", "events.info.a.two")
 	e.sink.WaitCount(t, 2, 15*time.Second)
-	natstest.Eventually(t, 15*time.Second, func() error {
-		c, err := e.js.Consumer(e.ctx(), "EVENTS", "ra")
-		if err != nil {
-			return err
-		}
-		i, err := c.Info(e.ctx())
-		if err != nil {
-			return err
-		}
-		if i.NumPending != 0 || i.NumAckPending != 0 || i.AckFloor.Stream != 2 {
-			return fmt.Errorf("ra: pending %d, ack pending %d, ack floor %d", i.NumPending, i.NumAckPending, i.AckFloor.Stream)
-		}
-		return nil
-	})
+	settled(2)
 	stop()
+
+	// Control: restarted with its consumer, the route delivers what is new only
+	e.publish("a-3", "events.info.a.three")
+	stop = e.runBridgeUntil(e.path)
+	e.sink.WaitCount(t, 3, 15*time.Second)
+	settled(3)
+	stop()
+	if got, want := ids(), []string{"a-1", "a-2", "a-3"}; !slices.Equal(got, want) {
+		t.Fatalf("event ids delivered after a restart with the consumer kept: %v, want %v", got, want)
+	}
 
 	if r := runBridge(t, "consumer", "delete", "ra", "--yes", "--config", e.pathWithout); r.code != 0 ||
 		!strings.HasPrefix(r.stdout, "deleted consumer ra of stream EVENTS: it had 0 messages pending and 0 acknowledgements pending\n") {
 		t.Fatalf("delete: %s", r)
 	}
 	e.runBridgeUntil(e.path)
-	e.sink.WaitCount(t, 4, 15*time.Second)
-	var ids []string
-	for _, req := range e.sink.Requests() {
-		ids = append(ids, req.Header.Get(sinktest.EventIDHeader))
-	}
-	slices.Sort(ids)
-	if want := []string{"a-1", "a-1", "a-2", "a-2"}; !slices.Equal(ids, want) {
-		t.Fatalf("event ids delivered %v, want %v", ids, want)
+	e.sink.WaitCount(t, 6, 15*time.Second)
+	settled(3)
+	if got, want := ids(), []string{"a-1", "a-1", "a-2", "a-2", "a-3", "a-3"}; !slices.Equal(got, want) {
+		t.Fatalf("event ids delivered %v, want %v", got, want)
 	}
 }
 
