@@ -30,7 +30,8 @@ import (
 //   - nothing is deleted without a confirmation on a terminal or --yes;
 //   - only names and counts read from NATS are printed, names escaped;
 //   - delete writes one audit line (docs/operating.md#audit-lines) once it
-//     has connected, whatever the result.
+//     has found the source stream, whatever the result (bad usage, a route
+//     of the file, an unreachable server or a missing stream write none).
 
 const consumerLong = `List or delete the durable consumers of the source stream (stream.name).
 Each route of the configuration has one, named after the route; a route
@@ -274,17 +275,17 @@ stderr (who, when, what: stream, consumer, its counts, the result). With
 			return usageErr("consumer delete: %s is a route of %s: it is in force; remove the route from the file and reload every replica first",
 				name, configPath(config))
 		}
-		a := newAudit("consumer delete").field("stream", stream).field("consumer", name)
-		result := "error"
-		defer func() { a.field("result", result).write(stderr) }()
 		js, err := jetstream.New(s.nc)
 		if err != nil {
 			return err
 		}
 		st, err := js.Stream(ctx, stream)
 		if err != nil {
-			return consumerErr(stream, err)
+			return consumerErr(stream, err) // no audit line: nothing to work on
 		}
+		a := newAudit("consumer delete").field("stream", stream).field("consumer", name)
+		result := "error"
+		defer func() { a.field("result", result).write(stderr) }()
 		cons, err := st.Consumer(ctx, name)
 		if errors.Is(err, jetstream.ErrConsumerNotFound) {
 			result = "not-found"

@@ -507,3 +507,17 @@ rb    in config  0        0            never
 		t.Fatalf("consumer list after the deletion: %s\nwant stdout:\n%s", r, want)
 	}
 }
+
+// A server without the source stream: both commands exit 1 saying so, and
+// delete writes no audit line (it had nothing to work on).
+func TestConsumerMissingStream(t *testing.T) {
+	unsetenv(t, "BRIDGE_CONFIG")
+	srv := natstest.Start(t)
+	path := writeDLQConfig(t, srv.URL(), "127.0.0.1:4222", "http://127.0.0.1:1/")
+	const want = "bridge: stream EVENTS does not exist (has the bridge run with this configuration?)\n"
+	for _, args := range [][]string{{"consumer", "list"}, {"consumer", "delete", "old", "--yes"}} {
+		if r := runBridge(t, append(args, "--config", path)...); r.code != 1 || r.stdout != "" || r.stderr != want {
+			t.Errorf("%v: %s\nwant stderr %q", args, r, want)
+		}
+	}
+}
