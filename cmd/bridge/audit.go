@@ -12,7 +12,7 @@ import (
 )
 
 // audit is the one line that every command changing what the bridge holds
-// (dlq replay, dlq purge, idem forget) writes to its standard error when
+// (dlq replay, dlq purge, idem forget, consumer delete) writes to its standard error when
 // it is done, interrupted or failed halfway (docs/operating.md#audit-lines):
 //
 //	audit: time=2026-12-03T17:02:11Z user=alice host=ops-1 command="dlq replay" all=true route=ra ...

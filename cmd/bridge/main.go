@@ -83,6 +83,7 @@ func newRootCmd() *cobra.Command {
 	o.register(root.Flags())
 	root.AddCommand(newRunCmd(), newCheckCmd(), newReceiveCmd(), newDLQCmd(), newIdemCmd(), newDemoCmd(), newHealthcheckCmd(), newVersionCmd())
 	root.AddCommand(newCompletionCmd())
+	root.AddCommand(newConsumerCmd())
 	return root
 }
 
