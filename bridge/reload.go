@@ -147,10 +147,14 @@ func (b *Bridge) reload(ctx context.Context, cfg *config.Config) (finished <-cha
 	for _, d := range plan.newDests {
 		b.m.circuit.WithLabelValues(d.name).Set(float64(d.state()))
 	}
+	started, paused := 0, 0
 	for _, r := range plan.fresh {
-		if !r.cfg.Paused {
-			rs.runs[r] = b.startRoute(rs, r)
+		if r.cfg.Paused {
+			paused++
+			continue
 		}
+		rs.runs[r] = b.startRoute(rs, r)
+		started++
 	}
 	var stopping []*route
 	for _, r := range plan.retired {
@@ -176,7 +180,7 @@ func (b *Bridge) reload(ctx context.Context, cfg *config.Config) (finished <-cha
 			d.close()
 		}
 	}()
-	b.log.Info().Int("routes", len(plan.routes)).Int("started", len(plan.fresh)).Int("retired", len(plan.retired)).
+	b.log.Info().Int("routes", len(plan.routes)).Int("started", started).Int("paused", paused).Int("retired", len(plan.retired)).
 		Int("destinations_built", len(plan.newDests)).Msg("configuration reloaded")
 	return done, nil
 }
