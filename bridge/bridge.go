@@ -222,8 +222,20 @@ func New(cfg *config.Config, js jetstream.JetStream, opts Options) (*Bridge, err
 
 // newDestination builds destination dc of the bridge: its breaker
 // transitions set bridge_circuit_state and reach Options.OnBreaker.
+//
+// Only the destination in force reports: one that a reload replaced (or
+// removed) and that still finishes its attempts has a breaker of its own,
+// whose transitions would otherwise overwrite those of the one in force
+// under the same name.
 func (b *Bridge) newDestination(dc *config.Destination) (*destination, error) {
+	var d *destination
 	onBreaker := func(dest string, from, to BreakerState) {
+		b.mu.RLock()
+		live := b.dests[dest] == d
+		b.mu.RUnlock()
+		if !live {
+			return
+		}
 		b.m.circuit.WithLabelValues(dest).Set(float64(to))
 		if b.opts.OnBreaker != nil {
 			b.opts.OnBreaker(dest, from, to)

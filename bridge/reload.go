@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/sotercare/jetbridge/config"
 )
 
@@ -178,6 +180,12 @@ func (b *Bridge) reload(ctx context.Context, cfg *config.Config) (finished <-cha
 		}
 		for _, d := range plan.goneDest {
 			d.close()
+			b.mu.RLock()
+			_, kept := b.dests[d.name]
+			b.mu.RUnlock()
+			if !kept { // removed, not replaced: its state gauge goes too
+				b.m.circuit.DeleteLabelValues(d.name)
+			}
 		}
 	}()
 	b.log.Info().Int("routes", len(plan.routes)).Int("started", started).Int("paused", paused).Int("retired", len(plan.retired)).
@@ -285,14 +293,24 @@ func (b *Bridge) bindAll(ctx context.Context, fresh, cur []*route) error {
 	for _, r := range fresh {
 		old := running[r.cfg.Name]
 		existed := old != nil
+		var err error
 		if !existed {
-			err := apiCall(ctx, func(ctx context.Context) error {
+			// Only "not found" means absent: a consumer whose lookup failed
+			// otherwise (a timeout) may exist, and the undo must never
+			// delete one it did not create.
+			err = apiCall(ctx, func(ctx context.Context) error {
 				_, err := b.js.Consumer(ctx, b.cfg.Stream.Name, r.cfg.Name)
 				return err
 			})
 			existed = err == nil
+			if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				err = fmt.Errorf("looking it up: %w", err)
+			} else {
+				err = apiCall(ctx, r.updateConsumer)
+			}
+		} else {
+			err = apiCall(ctx, r.updateConsumer)
 		}
-		err := apiCall(ctx, r.updateConsumer)
 		if err == nil {
 			switch {
 			case old != nil:
