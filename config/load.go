@@ -40,11 +40,19 @@ var (
 // MaxFileSize bytes with ErrFileTooLarge, before anything is parsed. See
 // docs/security.md.
 func LoadFile(path string) (*Config, error) {
-	data, err := readBounded(path, MaxFileSize, configFileMode)
+	data, err := ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
 	return Load(data, path)
+}
+
+// ReadFile reads the configuration file at path as LoadFile does: a
+// regular file or a named pipe of at most MaxFileSize bytes. A caller that
+// keeps the bytes (their digest, say) reads them once with ReadFile and
+// parses them with Load, so that what it keeps is what is in force.
+func ReadFile(path string) ([]byte, error) {
+	return readBounded(path, MaxFileSize, configFileMode)
 }
 
 // configFileMode reports whether a file of mode m may be read as a

@@ -304,3 +304,71 @@ func TestWatchFollowsConfigMapSwap(t *testing.T) {
 		t.Errorf("exit %d after SIGTERM, want 0", code)
 	}
 }
+
+// A configuration read from a named pipe (as bash's <(...) gives) is read
+// once, at start: /status's digest is that of the bytes in force, a
+// SIGHUP is refused as needing a restart (opening the pipe again would
+// wait for a writer that never comes) and the bridge keeps delivering; and
+// --watch refuses a pipe at once (exit 2). The control is TestSIGHUPReloads:
+// the same SIGHUP on a regular file applies it.
+func TestConfigFromAPipe(t *testing.T) {
+	srv := jetbridgetest.NewServer(t)
+	_, js := srv.Connect(t)
+	rcv := jetbridgetest.NewReceiver(t)
+	sc := scenario{natsURL: srv.URL(), sinkURL: rcv.URL(), maxInFlight: 4, ackWait: 30 * time.Second, shutdownTimeout: 5 * time.Second}
+	data := sc.yaml()
+	fifo := filepath.Join(t.TempDir(), "bridge.yaml")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	wrote := make(chan error, 1)
+	go func() { // opening a FIFO for writing waits for its reader
+		f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+		if err == nil {
+			_, err = f.WriteString(data)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}
+		wrote <- err
+	}()
+	b := runBridge(t, fifo)
+	if err := <-wrote; err != nil {
+		t.Fatalf("writing the pipe: %v", err)
+	}
+	sum := sha256.Sum256([]byte(data))
+	if st := b.configStatus(t); st.Digest != "sha256:"+hex.EncodeToString(sum[:]) || st.LastReload != nil {
+		t.Fatalf("/status config at start: %+v, want the digest of the bytes read from the pipe", st)
+	}
+	if err := b.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatalf("SIGHUP: %v", err)
+	}
+	natstest.Eventually(t, countTimeout, func() error {
+		b.failIfExited(t)
+		if got := b.metric(t, "bridge_config_reloads_total", `result="needs_restart"`); got != 1 {
+			return fmt.Errorf("needs_restart reloads %v, want 1", got)
+		}
+		return nil
+	})
+	want := "the configuration was not read from a regular file: only a restart reads it again"
+	if st := b.configStatus(t); st.LastReload == nil || st.LastReload.Result != "needs_restart" || st.LastReload.Error != want {
+		t.Fatalf("/status config after SIGHUP: %+v, want needs_restart: %q", st, want)
+	}
+	l := natstest.NewLedger("pipe", 8)
+	l.PublishOne(t, js, "events.info.pipe", 1)
+	waitCount(t, rcv, 1, countTimeout)
+
+	// The pipe has no writer now: --watch refuses it after reading it
+	// once, so a writer gives the reader its file again.
+	go func() {
+		f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+		if err == nil {
+			_, _ = f.WriteString(data)
+			_ = f.Close()
+		}
+	}()
+	_, stderr, code := bridgeCmd(t, "run", "--config", fifo, "--watch")
+	if wantErr := "bridge: --watch: " + fifo + " is not a regular file (a pipe is read once, at start)\n"; code != 2 || stderr != wantErr {
+		t.Fatalf("run --watch on a pipe: exit %d, stderr %q; want exit 2 and %q", code, stderr, wantErr)
+	}
+}

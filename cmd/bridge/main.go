@@ -112,33 +112,43 @@ func serverFlag(f *pflag.FlagSet, p *string) {
 // $NATS_URL is used when set (see docs/operating.md#commands); source is then
 // "--server" or "$NATS_URL", else "".
 func loadConfig(flagPath, server string, stderr io.Writer) (cfg *config.Config, source string, err error) {
+	cfg, _, source, err = loadConfigData(flagPath, server, stderr)
+	return cfg, source, err
+}
+
+// loadConfigData is loadConfig that also returns the file's bytes, read
+// once: the configuration is parsed from them.
+func loadConfigData(flagPath, server string, stderr io.Writer) (cfg *config.Config, data []byte, source string, err error) {
 	path := configPath(flagPath)
 	if path == "" {
-		return nil, "", usageErr("--config is required (or set $BRIDGE_CONFIG); try --config config/quickstart.yaml")
+		return nil, nil, "", usageErr("--config is required (or set $BRIDGE_CONFIG); try --config config/quickstart.yaml")
 	}
-	cfg, err = config.LoadFile(path)
+	data, err = config.ReadFile(path)
+	if err == nil {
+		cfg, err = config.Load(data, path)
+	}
 	if err != nil {
 		var ve *config.ValidationError
 		if errors.As(err, &ve) {
 			for _, e := range ve.Unwrap() {
 				fmt.Fprintln(stderr, "bridge: "+e.Error())
 			}
-			return nil, "", &exitError{Code: 2}
+			return nil, nil, "", &exitError{Code: 2}
 		}
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, "", usageErr("--config %s: no such file (the example configurations are in config/, e.g. config/quickstart.yaml)", path)
+			return nil, nil, "", usageErr("--config %s: no such file (the example configurations are in config/, e.g. config/quickstart.yaml)", path)
 		}
-		return nil, "", &exitError{Code: 2, Msg: err.Error()}
+		return nil, nil, "", &exitError{Code: 2, Msg: err.Error()}
 	}
 	url, from := cli.Server(server, cfg.NATS.URL.Value(), "")
 	if from == "nats.url" || url == "" {
-		return cfg, "", nil
+		return cfg, data, "", nil
 	}
 	if err := cli.CheckServers(url); err != nil {
-		return nil, "", usageErr("%s: %v", from, err)
+		return nil, nil, "", usageErr("%s: %v", from, err)
 	}
 	cfg.NATS.URL = config.Secret(url)
-	return cfg, from, nil
+	return cfg, data, from, nil
 }
 
 // signalContext is cancelled by SIGINT or SIGTERM.

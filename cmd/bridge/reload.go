@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -40,7 +39,10 @@ const watchDebounce = 500 * time.Millisecond
 // change of the file. server is --server, which overrides nats.url of
 // every file read, as it did at start.
 type reloadSource struct {
-	path    string
+	path string
+	// data are the bytes of the file in force, as read once at start (the
+	// configuration was parsed from them): /status's digest.
+	data    []byte
 	server  string
 	signals <-chan os.Signal
 	watch   bool
@@ -65,7 +67,7 @@ type reloader struct {
 
 // newReloader registers bridge_config_reloads_total on reg. data is the
 // file as read at start, for /status's digest.
-func newReloader(src reloadSource, data []byte, log zerolog.Logger, reg prometheus.Registerer) *reloader {
+func newReloader(src reloadSource, log zerolog.Logger, reg prometheus.Registerer) *reloader {
 	r := &reloader{src: src, log: log}
 	r.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "bridge_config_reloads_total",
@@ -75,7 +77,7 @@ func newReloader(src reloadSource, data []byte, log zerolog.Logger, reg promethe
 		r.reloads.WithLabelValues(res)
 	}
 	reg.MustRegister(r.reloads)
-	r.status = bridge.ConfigStatus{File: src.path, Digest: digestOf(data), LoadedAt: time.Now().UTC()}
+	r.status = bridge.ConfigStatus{File: src.path, Digest: digestOf(src.data), LoadedAt: time.Now().UTC()}
 	return r
 }
 
@@ -100,6 +102,9 @@ func digestOf(data []byte) string {
 // show there. The returned wait waits for the goroutine; err is a watch
 // that cannot be set up.
 func (r *reloader) run(ctx context.Context) (wait func(), err error) {
+	if r.src.watch && notRegular(r.src.path) {
+		return nil, fmt.Errorf("--watch: %s is not a regular file (a pipe is read once, at start)", r.src.path)
+	}
 	var w *fsnotify.Watcher
 	if r.src.watch {
 		if w, err = r.newWatcher(); err != nil {
@@ -171,7 +176,15 @@ func (r *reloader) newWatcher() (*fsnotify.Watcher, error) {
 func (r *reloader) reload(ctx context.Context, by string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	data, err := readConfigFile(r.src.path)
+	if notRegular(r.src.path) {
+		// A pipe (bash's <(...), /dev/stdin) was read at start; opening
+		// it again would wait for a writer, and its bytes are gone.
+		r.log.Error().Str("trigger", by).Str("file", r.src.path).
+			Msg("reload: the configuration was not read from a regular file; only a restart reads it again")
+		r.outcome(reloadNeedsRestart, "the configuration was not read from a regular file: only a restart reads it again")
+		return
+	}
+	data, err := config.ReadFile(r.src.path)
 	digest := ""
 	if err == nil {
 		digest = digestOf(data)
@@ -254,27 +267,10 @@ func (r *reloader) outcome(result, msg string) {
 	}
 }
 
-// readConfigFile reads the configuration file as config.LoadFile does: a
-// regular file or a named pipe of at most config.MaxFileSize bytes.
-func readConfigFile(path string) ([]byte, error) {
+// notRegular reports whether path exists and is not a regular file (after
+// symbolic links): a reload reads only a regular file again. A file that
+// is gone is read, and refused, as such.
+func notRegular(path string) bool {
 	fi, err := os.Stat(path)
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() && fi.Mode().Type() != os.ModeNamedPipe {
-		return nil, fmt.Errorf("config file %s: %w", path, config.ErrNotRegularFile)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, config.MaxFileSize+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > config.MaxFileSize {
-		return nil, fmt.Errorf("config file %s: %w", path, config.ErrFileTooLarge)
-	}
-	return data, nil
+	return err == nil && !fi.Mode().IsRegular()
 }

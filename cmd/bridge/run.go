@@ -86,9 +86,12 @@ func cmdRun(o runOptions, stdout, stderr io.Writer) error {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	cfg, source, err := loadConfig(o.config, o.server, stderr)
+	cfg, data, source, err := loadConfigData(o.config, o.server, stderr)
 	if err != nil {
 		return err
+	}
+	if o.watch && notRegular(configPath(o.config)) {
+		return usageErr("--watch: %s is not a regular file (a pipe is read once, at start)", configPath(o.config))
 	}
 	if err := checkNATSFiles(cfg.NATS); err != nil {
 		return configFileErr(err, stderr)
@@ -104,7 +107,7 @@ func cmdRun(o runOptions, stdout, stderr io.Writer) error {
 		log.Info().Str("url", cfg.NATS.URL.RedactedURL()).
 			Msg("NATS server taken from $NATS_URL (nats.url is empty); unset NATS_URL to start the embedded server instead")
 	}
-	d, err := newDaemon(cfg, log, reloadSource{path: configPath(o.config), server: o.server, signals: hup, watch: o.watch})
+	d, err := newDaemon(cfg, log, reloadSource{path: configPath(o.config), data: data, server: o.server, signals: hup, watch: o.watch})
 	if err != nil {
 		return err
 	}
@@ -136,11 +139,7 @@ type daemon struct {
 func newDaemon(cfg *config.Config, log zerolog.Logger, reload reloadSource) (*daemon, error) {
 	d := &daemon{cfg: cfg, log: log, reg: prometheus.NewRegistry()}
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	var data []byte // the file as in force, for /status's digest
-	if reload.path != "" {
-		data, _ = readConfigFile(reload.path)
-	}
-	d.reload = newReloader(reload, data, log, d.reg)
+	d.reload = newReloader(reload, log, d.reg)
 	registerProcessMetrics(d.reg, &d.state)
 	d.admin = newAdminSwitch(d.reg)
 	// The token guards the whole switch: /status and /metrics need it
