@@ -89,9 +89,7 @@ func (b *Bridge) SetConfigStatus(s ConfigStatus) { b.confStatus.Store(&s) }
 // routes before it returns). Reloads are serialised. Before Run pulls, and
 // once it stops, Reload returns ErrNotRunning.
 func (b *Bridge) Reload(ctx context.Context, cfg *config.Config) error {
-	b.reloadMu.Lock()
-	finished, err := b.reload(ctx, cfg)
-	b.reloadMu.Unlock()
+	finished, err := b.Apply(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -100,6 +98,19 @@ func (b *Bridge) Reload(ctx context.Context, cfg *config.Config) error {
 	case <-ctx.Done():
 	}
 	return nil
+}
+
+// Apply is Reload without the wait for the retired routes: it returns as
+// soon as cfg is in force (or refused, with Reload's errors), and finished
+// is closed once the routes it retired have finished what they held. A
+// caller that reports the reload (bridge run's SIGHUP and --watch) uses it,
+// so that a retired route still retrying against a failing destination
+// does not hold the report, or the next reload, back; Run waits for the
+// retired routes before it returns either way.
+func (b *Bridge) Apply(ctx context.Context, cfg *config.Config) (finished <-chan struct{}, err error) {
+	b.reloadMu.Lock()
+	defer b.reloadMu.Unlock()
+	return b.reload(ctx, cfg)
 }
 
 // reloadPlan is what a reload changes, computed before anything is.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -464,5 +465,90 @@ routes:
 	h.stop()
 	if err := h.b.Reload(context.Background(), cfg); !errors.Is(err, ErrNotRunning) {
 		t.Fatalf("reload after Run returned: %v, want ErrNotRunning", err)
+	}
+}
+
+// Apply returns as soon as a configuration is in force, while a route it
+// retired still finishes an attempt the destination holds: bridge run
+// reports the reload at once, and a retired route retrying against a
+// failing destination holds neither the report nor the next reload. Its
+// finished channel closes once the retired route is done. The control is
+// Reload, which waits for the retired routes: the same check (has it
+// returned while the destination holds the attempt?) fails for it.
+func TestApplyDoesNotWaitForRetiredRoutes(t *testing.T) {
+	for _, waits := range []bool{false, true} {
+		check := func(t testing.TB) error {
+			release := make(chan struct{})
+			var once sync.Once
+			arrived := make(chan struct{})
+			dest := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				once.Do(func() { close(arrived) })
+				<-release
+			}))
+			defer dest.Close()
+			const two = `
+destinations:
+  d: {url: %s, timeout: 1m}
+routes:
+  - {name: r, subjects: ["events.a.>"], destination: d}
+  - {name: s, subjects: ["events.b.>"], destination: d}
+`
+			const one = `
+destinations:
+  d: {url: %s, timeout: 1m}
+routes:
+  - {name: s, subjects: ["events.b.>"], destination: d}
+`
+			h := startBridge(t, testConfig(t, two, dest.URL), faults{})
+			h.publish("events.a.x", "held", []byte(`{}`), nil)
+			select {
+			case <-arrived:
+			case <-time.After(settleWait):
+				close(release)
+				return fmt.Errorf("the destination never received the attempt")
+			}
+			returned := make(chan error, 1)
+			var finished <-chan struct{}
+			go func() {
+				if waits {
+					returned <- h.b.Reload(context.Background(), testConfig(t, one, dest.URL))
+					return
+				}
+				var err error
+				finished, err = h.b.Apply(context.Background(), testConfig(t, one, dest.URL))
+				returned <- err
+			}()
+			select {
+			case err := <-returned:
+				if err != nil {
+					close(release)
+					return err
+				}
+			case <-time.After(2 * time.Second):
+				close(release)
+				<-returned
+				return fmt.Errorf("the reload did not return while a retired route's attempt was held")
+			}
+			select {
+			case <-finished:
+				close(release)
+				return fmt.Errorf("finished closed while the retired route's attempt was still held")
+			default:
+			}
+			close(release)
+			select {
+			case <-finished:
+			case <-time.After(settleWait):
+				return fmt.Errorf("finished not closed after the retired route's attempt ended")
+			}
+			return nil
+		}
+		if !waits {
+			if err := check(t); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		expectBroken(t, "Reload, which waits for the retired routes", check)
 	}
 }

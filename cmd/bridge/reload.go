@@ -204,7 +204,10 @@ func (r *reloader) reload(ctx context.Context, by string) {
 	if b == nil {
 		err = bridge.ErrNotRunning
 	} else {
-		err = b.Reload(ctx, cfg)
+		// Apply: the outcome is reported as soon as the file is in force;
+		// the routes it retired finish in the background (Run waits for
+		// them).
+		_, err = b.Apply(ctx, cfg)
 	}
 	var nr *bridge.NeedsRestartError
 	switch {
