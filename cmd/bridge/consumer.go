@@ -219,7 +219,7 @@ func messages(n uint64, what string) string {
 
 func newConsumerDeleteCmd() *cobra.Command {
 	var config, server string
-	var asJSON, yes bool
+	var asJSON, yes, force bool
 	c := &cobra.Command{
 		Use:   "delete NAME",
 		Short: "delete a durable consumer that no route uses any more (asks first, or --yes)",
@@ -227,7 +227,10 @@ func newConsumerDeleteCmd() *cobra.Command {
 consumer of a route removed from the configuration, which a reload keeps.
 NAME is a route name ([A-Za-z0-9_-]+). A route of the configuration file
 is refused (exit 2): it is in force; remove the route from the file, reload
-every replica, then delete. A consumer that does not exist: exit 1.
+every replica, then delete. A consumer that does not exist: exit 1. A
+consumer that a client still reads (a pull waiting, or messages handed out
+and not acknowledged: a bridge not reloaded yet, another replica on the
+old file) is refused (exit 1) unless --force is given.
 
 On a terminal it prints the consumer and asks; --yes skips the question,
 and is required when stdin is not a terminal (exit 2 without it). It says
@@ -248,6 +251,7 @@ stderr (who, when, what: stream, consumer, its counts, the result). With
 	serverFlag(f, &server)
 	f.BoolVar(&asJSON, "json", false, "the deleted consumer as a JSON object")
 	f.BoolVarP(&yes, "yes", "y", false, "do not ask")
+	f.BoolVar(&force, "force", false, "delete it even while a client pulls from it or has messages not acknowledged")
 	c.RunE = func(c *cobra.Command, args []string) error {
 		if len(args) != 1 {
 			return usageErr("consumer delete takes exactly one NAME, got %d arguments", len(args))
@@ -297,6 +301,15 @@ stderr (who, when, what: stream, consumer, its counts, the result). With
 		ci := cons.CachedInfo()
 		rec := consumerRecord(s.cfg, ci)
 		a.field("pending", strconv.FormatUint(rec.Pending, 10)).count("ack_pending", rec.AckPending)
+		// A pull waiting or a message handed out means a client (a bridge
+		// not reloaded yet, another replica on the old file) still reads
+		// it: deleting it would stop that route, and recreating it would
+		// deliver the stream again.
+		if !force && (ci.NumWaiting > 0 || ci.NumAckPending > 0) {
+			result = "in-use"
+			return &exitError{Code: 1, Msg: fmt.Sprintf("consumer delete: %s is in use (%s waiting, %s pending): a bridge still pulls from it; reload every replica without the route, or give --force",
+				name, messages(uint64(ci.NumWaiting), "pull"), messages(uint64(ci.NumAckPending), "acknowledgement"))}
+		}
 		if !yes {
 			fmt.Fprintf(stderr, "consumer %s of stream %s: %s pending, %s\n", name, stream,
 				messages(rec.Pending, "message"), messages(uint64(rec.AckPending), "acknowledgement")+" pending")

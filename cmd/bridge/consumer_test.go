@@ -234,7 +234,16 @@ rb    in config      2        0            never
 	}
 	// Control: with --yes it is gone, as JSON
 	since = time.Now()
-	withStdin(t, func() { r = runBridge(t, "consumer", "delete", "old", "--yes", "--json", "--config", e.path) })
+	// In use (one message handed out, not acknowledged): refused without
+	// --force, nothing deleted; the control is --force below.
+	withStdin(t, func() { r = runBridge(t, "consumer", "delete", "old", "--yes", "--config", e.path) })
+	if want := "bridge: consumer delete: old is in use (0 pulls waiting, 1 acknowledgement pending): a bridge still pulls from it; reload every replica without the route, or give --force\n"; r.code != 1 || r.stdout != "" || withoutAudit(t, r).stderr != want {
+		t.Fatalf("delete of a consumer in use: %s\nwant stderr %q", r, want)
+	}
+	if got := auditLine(t, r, "consumer delete", since); got != "stream=EVENTS consumer=old pending=4 ack_pending=1 result=in-use" {
+		t.Fatalf("in-use audit: %q", got)
+	}
+	withStdin(t, func() { r = runBridge(t, "consumer", "delete", "old", "--yes", "--force", "--json", "--config", e.path) })
 	if want := fmt.Sprintf(`{"name":"old","stream":"EVENTS","in_config":false,"pending":4,"ack_pending":1,"last_delivery":"%s","deleted":true}`+"\n", last.Format(time.RFC3339Nano)); r.code != 0 || r.stdout != want {
 		t.Fatalf("delete --yes --json: %s\nwant stdout:\n%s", r, want)
 	}
