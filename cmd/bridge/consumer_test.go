@@ -91,6 +91,21 @@ func (e *consumerEnv) exists(name string) bool {
 	return true
 }
 
+// waitIdle waits until no pull request waits on consumer name.
+func (e *consumerEnv) waitIdle(name string) {
+	e.t.Helper()
+	natstest.Eventually(e.t, 15*time.Second, func() error {
+		c, err := e.js.Consumer(e.ctx(), "EVENTS", name)
+		if err != nil {
+			return err
+		}
+		if n := c.CachedInfo().NumWaiting; n != 0 {
+			return fmt.Errorf("consumer %s: %d pull requests waiting", name, n)
+		}
+		return nil
+	})
+}
+
 // runBridgeUntil runs a bridge in process on the file until the returned
 // function is called; it returns once the bridge is ready.
 func (e *consumerEnv) runBridgeUntil(path string) (stop func()) {
@@ -344,6 +359,10 @@ func TestConsumerDeletedRouteComesBack(t *testing.T) {
 	if got, want := ids(), []string{"a-1", "a-2", "a-3"}; !slices.Equal(got, want) {
 		t.Fatalf("event ids delivered after a restart with the consumer kept: %v, want %v", got, want)
 	}
+	// The stopped bridge's last pull request leaves the server when its
+	// unsubscription arrives (or it expires): until then the consumer
+	// counts as in use, and delete refuses it without --force.
+	e.waitIdle("ra")
 
 	if r := runBridge(t, "consumer", "delete", "ra", "--yes", "--config", e.pathWithout); r.code != 0 ||
 		!strings.HasPrefix(r.stdout, "deleted consumer ra of stream EVENTS: it had 0 messages pending and 0 acknowledgements pending\n") {
