@@ -152,8 +152,13 @@ routes:
 			t.Fatal(err)
 		}
 		// The removed route settled everything it held before Reload
-		// returned: its receiver's count is final.
+		// returned: its receiver's count is final, and so is what its
+		// consumer handed out to it.
 		goneDelivered := eventIDs(old)
+		goneInfo, err := consumerInfo(h, "gone")
+		if err != nil {
+			t.Fatal(err)
+		}
 
 		natstest.Eventually(t, reloadWait, func() error {
 			if n := len(first.Requests()) + len(second.Requests()); n < stay {
@@ -185,9 +190,14 @@ routes:
 		if second.Count() == 0 {
 			return errors.New("the moved URL received nothing")
 		}
-		// The added route from its first message.
-		if ids := eventIDs(fresh); len(ids) != added || ids[0] != "added-3" && !slices.Contains(ids, "added-3") {
-			return fmt.Errorf("added route: %d requests (want %d), its first event added-3 delivered: %v", len(ids), added, slices.Contains(ids, "added-3"))
+		// The added route from its first message: each of its events once.
+		ids := eventIDs(fresh)
+		distinct := map[string]bool{}
+		for _, id := range ids {
+			distinct[id] = true
+		}
+		if len(ids) != added || len(distinct) != added || !distinct["added-3"] {
+			return fmt.Errorf("added route: %d requests, %d distinct (want %d each), its first event added-3 delivered: %v", len(ids), len(distinct), added, distinct["added-3"])
 		}
 		// The removed route: what its receiver got, settled as delivered,
 		// plus what its kept consumer still has, is each of its events
@@ -206,6 +216,11 @@ routes:
 		}
 		if settledGone != len(goneDelivered) {
 			return fmt.Errorf("removed route: %d requests, %d settled as delivered", len(goneDelivered), settledGone)
+		}
+		// Every message its consumer handed out was settled by the retired
+		// route: delivered, or handed back (none left unsettled).
+		if got := int(goneInfo.Delivered.Consumer); got != settledGone+handedBack {
+			return fmt.Errorf("removed route: its consumer handed out %d messages, the route settled %d delivered + %d handed back", got, settledGone, handedBack)
 		}
 		if old.Count() != len(goneDelivered) {
 			return fmt.Errorf("removed route: %d requests after its retirement, want %d", old.Count(), len(goneDelivered))
@@ -229,6 +244,17 @@ routes:
 	expectBroken(t, "retired routes' attempts cut off", func(t testing.TB) error {
 		return check(t, brokenReload{cutInFlight: true})
 	})
+}
+
+// consumerInfo is the current state of route's consumer.
+func consumerInfo(h *harness, route string) (*jetstream.ConsumerInfo, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := h.js.Consumer(ctx, h.cfg.Stream.Name, route)
+	if err != nil {
+		return nil, err
+	}
+	return c.Info(ctx)
 }
 
 // A change that needs a restart is refused whole: the error names the
