@@ -301,6 +301,10 @@ func (b *Bridge) Run(ctx context.Context) error {
 	b.reloadMu.Unlock()
 
 	var loops sync.WaitGroup
+	// Watching from now on, before the goroutine runs: a /status asked
+	// for as soon as Run is ready waits for the watch's first round
+	// instead of finding no lookup yet.
+	b.health.setWatching(true)
 	loops.Go(func() { b.watchReadiness(ctx) })
 	loops.Go(func() { b.advisories(ctx) })
 	close(b.ready)

@@ -19,6 +19,10 @@ var ErrNoDelivery = errors.New("not delivering (no-delivery mode): streams and c
 // were for whoever inspects them. It returns nil when ctx ends.
 func (b *Bridge) idle(ctx context.Context) error {
 	var loops sync.WaitGroup
+	// Watching from now on, before the goroutine runs: a /status asked
+	// for as soon as Run is ready waits for the watch's first round
+	// instead of finding no lookup yet.
+	b.health.setWatching(true)
 	loops.Go(func() { b.watchReadiness(ctx) })
 	close(b.ready)
 	b.log.Warn().Int("routes", len(b.routes)).Msg("bridge running without delivery: streams and consumers provisioned, nothing is pulled")

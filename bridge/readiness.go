@@ -278,7 +278,7 @@ func (h *readiness) reason(routes []*route) error {
 // less than statusMinInterval ago.
 func (b *Bridge) watchReadiness(ctx context.Context) {
 	h := b.health
-	h.setWatching(true)
+	h.setWatching(true) // Run sets it before starting this goroutine too
 	defer h.setWatching(false)
 	t := time.NewTicker(readinessEvery)
 	defer t.Stop()
