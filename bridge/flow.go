@@ -170,6 +170,9 @@ type gate struct {
 	dest string
 	m    *metrics // nil: no metrics
 	log  zerolog.Logger
+	// fleet is the bridge's shared state (fleet.go): a pause is shared
+	// through it; nil, or holding nil, when there is none.
+	fleet *fleetHolder
 
 	mu       sync.Mutex
 	waiting  [len(severities)][]*waiter
@@ -228,10 +231,15 @@ func (g *gate) backPressure(res *response, maxPause time.Duration) {
 	if pause <= 0 {
 		return
 	}
-	if g.m != nil {
-		g.m.paused(g.dest, g.pause(pause))
-	} else {
-		g.pause(pause)
+	until := time.Now().Add(pause)
+	grew := g.pauseUntil(until, true)
+	if f := g.fleet.load(); f != nil && grew > 0 {
+		// The other replicas pause too (their watch of the fleet's
+		// bucket, fleet.go): docs/delivery.md#flow-control.
+		if err := f.sharePause(context.Background(), g.dest, until); err != nil {
+			g.m.fleetError(g.dest, "pause")
+			g.log.Warn().Str("error", err.Error()).Msg("the pause could not be shared with the other replicas")
+		}
 	}
 	g.log.Info().Int("status", res.status).Str("pause", pause.String()).
 		Msg("destination asked to wait (Retry-After): no new requests to it from any route until then")
@@ -391,8 +399,27 @@ func (g *gate) startRampLocked() {
 // pause admits nothing until d has passed (a longer pause in progress is
 // kept), then starts a slow start. It returns by how much the pause grew.
 func (g *gate) pause(d time.Duration) time.Duration {
+	return g.pauseUntil(time.Now().Add(d), true)
+}
+
+// pauseUntil admits nothing until until (a longer pause in progress is
+// kept; a time already past does nothing), then starts a slow start. It
+// returns by how much the pause grew, counted in the paused metric when
+// count is set (a pause another replica shared is counted by it).
+func (g *gate) pauseUntil(until time.Time, count bool) time.Duration {
 	now := time.Now()
-	until := now.Add(d)
+	d := until.Sub(now)
+	if d <= 0 {
+		return 0
+	}
+	grew := g.setPause(now, until, d)
+	if count && g.m != nil {
+		g.m.paused(g.dest, grew)
+	}
+	return grew
+}
+
+func (g *gate) setPause(now, until time.Time, d time.Duration) time.Duration {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed || !g.paused.IsZero() && !until.After(g.paused) {
