@@ -104,6 +104,7 @@ routes:
 		}
 		as := sink.arrivals()
 		if most, at := maxPerSecond(as); most > 55 {
+			t.Logf("%d requests over %s", len(as), as[len(as)-1].at.Sub(as[0].at).Round(time.Millisecond))
 			return fmt.Errorf("%d requests in the second from %s, want at most 55", most, at.Format("15:04:05.000"))
 		}
 		if got := countBetween(as, as[0].at, as[0].at.Add(phase)); got < 360 {
@@ -115,7 +116,10 @@ routes:
 		if got := countBetween(as, stopped.Add(time.Second), stopped.Add(4*time.Second)); got < 135 {
 			return fmt.Errorf("%d requests from 1 s to 4 s after a replica stopped, want at least 135 (0.9 × 50/s)", got)
 		}
-		t.Logf("%d requests; the most in a second: %d", len(as), func() int { m, _ := maxPerSecond(as); return m }())
+		most, _ := maxPerSecond(as)
+		t.Logf("%d requests over %s; the most in a second: %d; %d in the first %s; %d from 1 s to 4 s after the stop",
+			len(as), as[len(as)-1].at.Sub(as[0].at).Round(time.Millisecond), most,
+			countBetween(as, as[0].at, as[0].at.Add(phase)), phase, countBetween(as, stopped.Add(time.Second), stopped.Add(4*time.Second)))
 		return nil
 	}
 	if err := check(t, nil); err != nil {
@@ -208,4 +212,66 @@ func TestFleetWindowQuotas(t *testing.T) {
 			}
 		}
 	}
+}
+
+// BenchmarkFleetRatePermit is the cost of one permit of a rate limit that
+// never binds, asked by 8 goroutines: the per-process limiter alone, and
+// the fleet-wide limit on a real server (leases: round trips per permit
+// reported as incr/op).
+//
+//	go test -run '^$' -bench FleetRatePermit ./bridge
+func BenchmarkFleetRatePermit(b *testing.B) {
+	rl := &config.RateLimit{Requests: 1_000_000, Per: config.Duration(time.Second), Burst: 1000}
+	b.Run("local", func(b *testing.B) {
+		src := newLocalRate(rl)
+		b.ReportAllocs()
+		b.SetParallelism(4)
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if err := src.wait(b.Context()); err != nil {
+					b.Error(err)
+				}
+			}
+		})
+	})
+	b.Run("fleet", func(b *testing.B) {
+		srv := natstest.Start(b)
+		_, js := natstest.Connect(b, srv.URL())
+		cfg := testConfig(b, `
+destinations:
+  d: {url: "http://127.0.0.1:1", rate_limit: {requests: 1000000, per: 1s, burst: 1000}}
+routes:
+  - {name: r, subjects: ["events.>"], destination: d}
+`)
+		br := provisioned(b, cfg, js, faults{})
+		d := br.dests["d"]
+		src := d.pipe.Load().rate.src.(*fleetRate)
+		before := fleetIncrs(b, br)
+		b.ReportAllocs()
+		b.ResetTimer()
+		b.SetParallelism(4)
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if err := src.wait(b.Context()); err != nil {
+					b.Error(err)
+				}
+			}
+		})
+		b.StopTimer()
+		b.ReportMetric(float64(fleetIncrs(b, br)-before)/float64(b.N), "incr/op")
+	})
+}
+
+// fleetIncrs is how many leases the fleet's counter stream took.
+func fleetIncrs(t testing.TB, b *Bridge) uint64 {
+	t.Helper()
+	s, err := b.js.Stream(t.Context(), fleetRateStreamName(b.cfg.Stream.Name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.LastSeq
 }
