@@ -237,7 +237,7 @@ func (b *Bridge) newDestination(dc *config.Destination) (*destination, error) {
 		return nil, err
 	}
 	d.trace = b.tr.forDestination(d)
-	d.gate.fleet = &b.fleet // set by Provision (fleet.go)
+	fleetGate(d.gate, &b.fleet, dc)
 	return d, nil
 }
 

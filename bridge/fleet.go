@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,15 +62,40 @@ const fleetCallTimeout = 2 * time.Second
 // limit after a failed call to the counter before it asks again.
 const fleetRetryAfterError = time.Second
 
-// fleetRateMaxAge is how long the counter stream keeps a window's count.
+// fleetRateMaxAge is how long the counter stream keeps a window's count,
+// at least: longer when a destination's windows are longer than half of
+// it (fleetRateAge).
 const fleetRateMaxAge = 10 * time.Minute
+
+// fleetRateAge is the counter stream's max age for cfg: a count outlives
+// its window twice over.
+func fleetRateAge(cfg *config.Config) time.Duration {
+	age := fleetRateMaxAge
+	for _, d := range cfg.Destinations {
+		if rl := d.RateLimit; rl != nil {
+			age = max(age, 2*rl.Per.D()/fleetWindows)
+		}
+	}
+	return age
+}
 
 // fleet is the bridge's shared state in JetStream, set by Provision when
 // a destination has a flow-control block.
 type fleet struct {
-	js     jetstream.JetStream
-	stream string // the source stream's name: the subjects' prefix
-	kv     jetstream.KeyValue
+	js      jetstream.JetStream
+	stream  string // the source stream's name: the subjects' prefix
+	kv      jetstream.KeyValue
+	replica string // this replica (host and process id), the value of its slots
+}
+
+// fleetGate makes gate g of destination dc share the fleet's state held
+// by h (set by Provision): its pauses, and the slots of a fixed
+// concurrency limit.
+func fleetGate(g *gate, h *fleetHolder, dc *config.Destination) {
+	g.fleet = h
+	if c := dc.Concurrency; c != nil && !c.Adaptive && c.Max > 0 {
+		g.slots = newFleetSlots(dc.Name, c.Max)
+	}
 }
 
 // fleetHolder holds the bridge's fleet once provisioned; a destination
@@ -91,15 +117,16 @@ func fleetBucketName(stream string) string     { return stream + "_BRIDGE" }
 // fleetRateSubjects are the counter stream's subjects.
 func fleetRateSubjects(stream string) string { return "jetbridge.rate." + stream + ".>" }
 
-// fleetRateStreamConfig is the counter stream of the source stream sc.
-func fleetRateStreamConfig(sc config.Stream) jetstream.StreamConfig {
+// fleetRateStreamConfig is the counter stream of the source stream sc,
+// keeping counts for maxAge.
+func fleetRateStreamConfig(sc config.Stream, maxAge time.Duration) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:              fleetRateStreamName(sc.Name),
 		Description:       "jetbridge: fleet-wide rate limit counters (docs/delivery.md#flow-control)",
 		Subjects:          []string{fleetRateSubjects(sc.Name)},
 		Storage:           jetstream.FileStorage,
 		Retention:         jetstream.LimitsPolicy,
-		MaxAge:            fleetRateMaxAge,
+		MaxAge:            maxAge,
 		MaxMsgsPerSubject: 1,
 		AllowMsgCounter:   true,
 		AllowDirect:       true,
@@ -421,15 +448,18 @@ func (b *Bridge) watchPauses(ctx context.Context) {
 	}
 	retry := newRetryBackoff()
 	for ctx.Err() == nil {
-		w, err := f.kv.Watch(ctx, "fleet.*.pause")
+		w, err := f.kv.Watch(ctx, "fleet.>")
 		if err != nil {
 			b.m.fleetError("", "pause")
 			sleep(ctx, retry.NextBackOff())
 			continue
 		}
-		retry.Reset()
 		b.applyPauses(ctx, w)
 		_ = w.Stop()
+		if ctx.Err() == nil { // the watch ended by itself: watch again, not at once
+			b.m.fleetError("", "pause")
+			sleep(ctx, retry.NextBackOff())
+		}
 	}
 }
 
@@ -443,8 +473,20 @@ func (b *Bridge) applyPauses(ctx context.Context, w jetstream.KeyWatcher) {
 			if !ok {
 				return
 			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue // nil: the initial values are all in
+			if e == nil {
+				continue // the initial values are all in
+			}
+			if dest, i, ok := slotOf(e.Key()); ok {
+				b.mu.RLock()
+				d := b.dests[dest]
+				b.mu.RUnlock()
+				if d != nil && d.gate.slots != nil {
+					d.gate.slots.seen(i, e.Revision(), e.Operation() == jetstream.KeyValuePut)
+				}
+				continue
+			}
+			if e.Operation() != jetstream.KeyValuePut {
+				continue
 			}
 			dest, ok := pauseDest(e.Key())
 			if !ok {
@@ -504,4 +546,21 @@ func longestPause(cfg *config.Config) time.Duration {
 		out = max(out, r.MaxRetryAfter.D())
 	}
 	return out
+}
+
+// slotOf is the destination and slot number of a slot key.
+func slotOf(key string) (string, int, bool) {
+	const prefix = "fleet."
+	if !strings.HasPrefix(key, prefix) {
+		return "", 0, false
+	}
+	dest, num, ok := strings.Cut(key[len(prefix):], ".slot.")
+	if !ok || len(num) > 6 {
+		return "", 0, false
+	}
+	i, err := strconv.Atoi(num)
+	if err != nil || i < 0 {
+		return "", 0, false
+	}
+	return dest, i, true
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/sotercare/jetbridge/config"
@@ -274,4 +275,146 @@ func fleetIncrs(t testing.TB, b *Bridge) uint64 {
 		t.Fatal(err)
 	}
 	return info.State.LastSeq
+}
+
+// perProcessSlots makes a bridge's fixed concurrency limits per process
+// again (the gate without its fleet slots): the negative control.
+func perProcessSlots(b *Bridge) {
+	for _, d := range b.dests {
+		d.gate.slots = nil
+	}
+}
+
+// A concurrency limit of 8 holds for three replicas together: with 200
+// events and 30 ms per request, the destination never has more than 8
+// requests in flight, and has 8 (the limit is used); each replica alone
+// could have 8.
+func TestFleetConcurrencyLimit(t *testing.T) {
+	check := func(t testing.TB, tweak func(*Bridge)) error {
+		srv := natstest.Start(t)
+		sink := newFlowSink(t, 30*time.Millisecond)
+		cfg := testConfig(t, `
+destinations:
+  d:
+    url: %s
+    concurrency: {max: 8}
+routes:
+  - {name: r, subjects: ["events.>"], destination: d, max_in_flight: 8, ack_wait: 2s}
+`, sink.srv.URL)
+		hs := make([]*harness, 3)
+		for i := range hs {
+			hs[i] = startHarness(t, srv, cfg, faults{}, tweak)
+		}
+		const n = 200
+		publishN(hs[0], "events.info.x", "e", n)
+		if !sink.waitFor(time.Minute, func(as []arrival) bool { return len(as) >= n }) {
+			return fmt.Errorf("%d of %d requests arrived", len(sink.arrivals()), n)
+		}
+		as := sink.arrivals()
+		if got := maxInFlight(as); got != 8 {
+			return fmt.Errorf("at most %d requests in flight at the destination, want 8", got)
+		}
+		return nil
+	}
+	if err := check(t, nil); err != nil {
+		t.Fatal(err)
+	}
+	expectBroken(t, "per-process concurrency limits", func(t testing.TB) error { return check(t, perProcessSlots) })
+}
+
+// A replica that died holding every slot (its leases written, never
+// renewed nor deleted) blocks the others until the slots expire, and no
+// longer: the first request arrives between fleetSlotTTL and
+// fleetSlotTTL + 1 s after its last write.
+func TestFleetConcurrencySlotsOfADeadReplica(t *testing.T) {
+	check := func(t testing.TB, tweak func(*Bridge)) error {
+		srv := natstest.Start(t)
+		sink := newFlowSink(t, 0)
+		cfg := testConfig(t, `
+destinations:
+  d:
+    url: %s
+    concurrency: {max: 8}
+routes:
+  - {name: r, subjects: ["events.>"], destination: d, max_in_flight: 8, ack_wait: 2s}
+`, sink.srv.URL)
+		hs := make([]*harness, 2)
+		for i := range hs {
+			hs[i] = startHarness(t, srv, cfg, faults{}, tweak)
+		}
+		kv, err := hs[0].js.KeyValue(t.Context(), fleetBucketName(cfg.Stream.Name))
+		if err != nil {
+			return err
+		}
+		written := time.Now()
+		for i := range 8 {
+			if _, err := kv.Create(t.Context(), slotKey("d", i), []byte("dead-1"), jetstream.KeyTTL(fleetSlotTTL)); err != nil {
+				return fmt.Errorf("slot %d: %w", i, err)
+			}
+		}
+		wrote := time.Now()
+		publishN(hs[0], "events.info.x", "e", 20)
+		if !sink.waitFor(time.Minute, func(as []arrival) bool { return len(as) >= 20 }) {
+			return fmt.Errorf("%d of 20 requests arrived", len(sink.arrivals()))
+		}
+		first := sink.arrivals()[0].at
+		t.Logf("first request %s after the dead replica's last write", first.Sub(wrote).Round(time.Millisecond))
+		if first.Sub(written) < fleetSlotTTL {
+			return fmt.Errorf("the first request came %s after the slots were taken, want at least %s", first.Sub(written), fleetSlotTTL)
+		}
+		if first.Sub(wrote) > fleetSlotTTL+time.Second {
+			return fmt.Errorf("the first request came %s after the slots were taken, want at most %s", first.Sub(wrote), fleetSlotTTL+time.Second)
+		}
+		return nil
+	}
+	if err := check(t, nil); err != nil {
+		t.Fatal(err)
+	}
+	expectBroken(t, "per-process concurrency limits", func(t testing.TB) error { return check(t, perProcessSlots) })
+}
+
+// A slot is written only at the revision it was seen at: a renewal at the
+// lease's revision succeeds, a write at an older one (another replica's
+// view from before) is refused.
+func TestFleetSlotWrites(t *testing.T) {
+	srv := natstest.Start(t)
+	_, js := natstest.Connect(t, srv.URL())
+	cfg := testConfig(t, `
+destinations:
+  d: {url: "http://127.0.0.1:1", concurrency: {max: 2}}
+routes:
+  - {name: r, subjects: ["events.>"], destination: d}
+`)
+	b := provisioned(t, cfg, js, faults{})
+	f := b.fleet.load()
+	key := slotKey("d", 0)
+	rev1, err := f.writeSlot(t.Context(), key, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.writeSlot(t.Context(), key, 0); !wrongLastSeq(err) {
+		t.Fatalf("a second take of a free slot: %v, want a wrong-last-sequence refusal", err)
+	}
+	rev2, err := f.writeSlot(t.Context(), key, rev1)
+	if err != nil {
+		t.Fatalf("renewal: %v", err)
+	}
+	if _, err := f.writeSlot(t.Context(), key, rev1); !wrongLastSeq(err) {
+		t.Fatalf("a write at a stale revision: %v, want a wrong-last-sequence refusal", err)
+	}
+	if err := f.kv.Delete(t.Context(), key, jetstream.LastRevision(rev2)); err != nil {
+		t.Fatal(err)
+	}
+	e, err := f.kv.Watch(t.Context(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = e.Stop() }()
+	marker := <-e.Updates()
+	if marker == nil || marker.Operation() != jetstream.KeyValueDelete {
+		t.Fatalf("after the release the watch shows %v, want a delete", marker)
+	}
+	if _, err := f.writeSlot(t.Context(), key, marker.Revision()); err != nil {
+		t.Fatalf("taking a released slot at its marker's revision: %v", err)
+	}
 }

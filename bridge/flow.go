@@ -173,6 +173,9 @@ type gate struct {
 	// fleet is the bridge's shared state (fleet.go): a pause is shared
 	// through it; nil, or holding nil, when there is none.
 	fleet *fleetHolder
+	// slots is the fleet-wide share of a fixed concurrency limit
+	// (fleet_slots.go); nil: per process.
+	slots *fleetSlots
 
 	mu       sync.Mutex
 	waiting  [len(severities)][]*waiter
@@ -210,7 +213,20 @@ func (g *gate) Apply(inner func(failsafe.Execution[*response]) *common.PolicyRes
 		if err != nil {
 			return &common.PolicyResult[*response]{Error: errHeldAtGate, Done: true}
 		}
+		// Then a slot of the fleet-wide limit (fleet_slots.go), held like
+		// the local admission.
+		var lease *slotLease
+		f := g.fleet.load()
+		if g.slots != nil && f != nil {
+			if lease, err = g.slots.acquire(adm.hold, f, g.m); err != nil {
+				g.release(adm0, false, false)
+				return &common.PolicyResult[*response]{Error: errHeldAtGate, Done: true}
+			}
+		}
 		r := inner(exec)
+		if lease != nil {
+			g.slots.release(f, lease, g.m)
+		}
 		res := r.Result
 		if r.Error != nil {
 			res = nil
@@ -484,6 +500,10 @@ type GateStatus struct {
 	Waiting          map[string]int `json:"waiting"`           // by severity
 	SlowStart        int            `json:"slow_start,omitempty"`
 	PausedFor        string         `json:"paused_for,omitempty"`
+	// FleetSlots is how many of the fleet's concurrency slots this
+	// replica holds (fleet_slots.go); absent when the limit is per
+	// process.
+	FleetSlots *int `json:"fleet_slots_held,omitempty"`
 }
 
 // effectiveLimit is the concurrency limit in force: the limit, or the
@@ -506,6 +526,10 @@ func (g *gate) statusLocked() GateStatus {
 	}
 	if !g.paused.IsZero() {
 		st.PausedFor = time.Until(g.paused).Round(time.Millisecond).String()
+	}
+	if g.slots != nil && g.fleet.load() != nil {
+		n := g.slots.heldHere()
+		st.FleetSlots = &n
 	}
 	return st
 }

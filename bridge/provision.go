@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"time"
@@ -281,7 +282,7 @@ func consumerConfig(rc *config.Route) jetstream.ConsumerConfig {
 func (b *Bridge) provisionFleet(ctx context.Context) error {
 	sc := b.cfg.Stream
 	if err := apiCall(ctx, func(ctx context.Context) error {
-		return ensureStream(ctx, b.js, fleetRateStreamConfig(sc), b.warnDiffers)
+		return ensureStream(ctx, b.js, fleetRateStreamConfig(sc, fleetRateAge(b.cfg)), b.warnDiffers)
 	}); err != nil {
 		return fmt.Errorf("bridge: fleet rate stream %s: %w", fleetRateStreamName(sc.Name), err)
 	}
@@ -293,6 +294,7 @@ func (b *Bridge) provisionFleet(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("bridge: fleet bucket %s: %w", fleetBucketName(sc.Name), err)
 	}
-	b.fleet.p.Store(&fleet{js: b.js, stream: sc.Name, kv: kv})
+	host, _ := os.Hostname()
+	b.fleet.p.Store(&fleet{js: b.js, stream: sc.Name, kv: kv, replica: host + "-" + strconv.Itoa(os.Getpid())})
 	return nil
 }

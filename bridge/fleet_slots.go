@@ -1,0 +1,198 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Fleet-wide concurrency (docs/delivery.md#across-replicas): a fixed
+// concurrency.max holds for all replicas together through slot leases in
+// the fleet's bucket. Slot i of a destination is the key
+// fleet.<destination>.slot.<i>, i < max; an attempt the gate admitted
+// (so severity order, slow start and pauses stay per process) takes a free
+// slot with one publish that expects the key's last revision (the write
+// is refused when another replica took it first) and carries a TTL of
+// fleetSlotTTL; a lease is renewed every third of it while the attempt
+// runs and deleted when it ends. A replica that dies loses its slots
+// within fleetSlotTTL of its last renewal (the server removes the key and
+// the watch of every replica sees it free). Which slots are free is known
+// from the bucket's watch (watchFleet), so taking one costs one round
+// trip. adaptive: true keeps a per-process limit.
+
+// fleetSlotTTL is how long a slot outlives its holder's last renewal.
+const fleetSlotTTL = 5 * time.Second
+
+// fleetSlotRetry is how long a replica that found no free slot waits
+// before it asks again when no slot is seen freed meanwhile.
+const fleetSlotRetry = time.Second
+
+// fleetSlots is the slot table of one destination as this replica sees
+// it.
+type fleetSlots struct {
+	max    int
+	dest   string
+	offset int // where this replica starts looking: replicas spread
+
+	mu    sync.Mutex
+	last  []uint64 // each slot's last revision (0: never written)
+	held  []bool   // taken, as last seen
+	freed chan struct{}
+	mine  int // slots this replica holds
+}
+
+func newFleetSlots(dest string, max int) *fleetSlots {
+	return &fleetSlots{max: max, dest: dest, offset: rand.IntN(max), last: make([]uint64, max), held: make([]bool, max), freed: make(chan struct{})}
+}
+
+// slotKey is slot i of dest.
+func slotKey(dest string, i int) string { return "fleet." + dest + ".slot." + strconv.Itoa(i) }
+
+// slotLease is one attempt's slot.
+type slotLease struct {
+	i     int
+	mu    sync.Mutex
+	rev   uint64
+	t     *time.Timer // the next renewal
+	ended bool
+}
+
+// seen records an entry of the watch: slot i at revision rev, taken or
+// freed.
+func (s *fleetSlots) seen(i int, rev uint64, taken bool) {
+	if i < 0 || i >= s.max {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if rev < s.last[i] {
+		return
+	}
+	s.last[i], s.held[i] = rev, taken
+	if !taken {
+		close(s.freed)
+		s.freed = make(chan struct{})
+	}
+}
+
+// acquire takes a slot for an attempt, waiting until one is free or ctx
+// ends. It returns a nil lease when the bucket cannot be written: the
+// attempt then runs under the per-process limit alone (counted).
+func (s *fleetSlots) acquire(ctx context.Context, f *fleet, m *metrics) (*slotLease, error) {
+	for {
+		s.mu.Lock()
+		freed := s.freed
+		s.mu.Unlock()
+		for n := range s.max {
+			i := (s.offset + n) % s.max
+			s.mu.Lock()
+			held, last := s.held[i], s.last[i]
+			s.mu.Unlock()
+			if held {
+				continue
+			}
+			rev, err := f.writeSlot(ctx, slotKey(s.dest, i), last)
+			if err == nil {
+				s.mu.Lock()
+				if rev > s.last[i] {
+					s.last[i], s.held[i] = rev, true
+				}
+				s.mine++
+				s.mu.Unlock()
+				l := &slotLease{i: i, rev: rev}
+				l.t = time.AfterFunc(fleetSlotTTL/3, func() { s.renew(f, l, m) })
+				return l, nil
+			}
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if wrongLastSeq(err) {
+				s.mu.Lock()
+				if s.last[i] == last {
+					s.held[i] = true // taken meanwhile; the watch tells when it is free
+				}
+				s.mu.Unlock()
+				continue
+			}
+			m.fleetError(s.dest, "concurrency")
+			return nil, nil
+		}
+		t := time.NewTimer(fleetSlotRetry)
+		select {
+		case <-freed:
+		case <-t.C: // (the watch tells of every slot freed; this is a second look)
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+		t.Stop()
+	}
+}
+
+// renew extends l's TTL while its attempt runs.
+func (s *fleetSlots) renew(f *fleet, l *slotLease, m *metrics) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended {
+		return
+	}
+	rev, err := f.writeSlot(context.Background(), slotKey(s.dest, l.i), l.rev)
+	if err != nil {
+		m.fleetError(s.dest, "concurrency")
+	} else {
+		l.rev = rev
+	}
+	l.t.Reset(fleetSlotTTL / 3)
+}
+
+// release gives l's slot back.
+func (s *fleetSlots) release(f *fleet, l *slotLease, m *metrics) {
+	l.mu.Lock()
+	l.ended = true
+	l.t.Stop()
+	rev := l.rev
+	l.mu.Unlock()
+	s.mu.Lock()
+	s.mine--
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), fleetCallTimeout)
+	defer cancel()
+	if err := f.kv.Delete(ctx, slotKey(s.dest, l.i), jetstream.LastRevision(rev)); err != nil {
+		m.fleetError(s.dest, "concurrency") // its TTL frees it
+	}
+}
+
+// heldHere is how many slots this replica holds.
+func (s *fleetSlots) heldHere() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mine
+}
+
+// writeSlot writes key if its last revision is last (0: never written),
+// with the slot TTL, and returns the new revision.
+func (f *fleet) writeSlot(ctx context.Context, key string, last uint64) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, fleetCallTimeout)
+	defer cancel()
+	msg := &nats.Msg{Subject: "$KV." + fleetBucketName(f.stream) + "." + key, Data: []byte(f.replica)}
+	ack, err := f.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(last), jetstream.WithMsgTTL(fleetSlotTTL))
+	if err != nil {
+		return 0, err
+	}
+	return ack.Sequence, nil
+}
+
+// wrongLastSeq reports a write refused because the key changed.
+func wrongLastSeq(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+	}
+	return false
+}
