@@ -163,9 +163,15 @@ func (s *fleetSlots) release(f *fleet, l *slotLease, m *metrics) {
 	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), fleetCallTimeout)
 	defer cancel()
-	if err := f.kv.Delete(ctx, slotKey(s.dest, l.i), jetstream.LastRevision(rev)); err != nil {
+	// A KV delete (its marker), published directly for its revision: the
+	// slot is free here at once, before the watch tells.
+	msg := &nats.Msg{Subject: "$KV." + fleetBucketName(f.stream) + "." + slotKey(s.dest, l.i), Header: nats.Header{"KV-Operation": []string{"DEL"}}}
+	ack, err := f.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(rev))
+	if err != nil {
 		m.fleetError(s.dest, "concurrency") // its TTL frees it
+		return
 	}
+	s.seen(l.i, ack.Sequence, false)
 }
 
 // heldHere is how many slots this replica holds.
