@@ -151,7 +151,7 @@ func newMetrics(reg prometheus.Registerer, cfg *config.Config) (*metrics, error)
 		}, []string{"destination"}),
 		fleetErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bridge_fleet_state_errors_total",
-			Help: "Failed reads or writes of the flow-control state the replicas share in JetStream, by destination and op (rate: the counter, the replica then keeps to its per-process limit for a second; pause: sharing or watching a pause).",
+			Help: "Failed reads or writes of the flow-control state the replicas share in JetStream, by destination and op (rate: the counter, the replica then keeps to its per-process limit for a second; concurrency: a slot not taken, renewed or released; pause: sharing or watching a pause, an empty destination for the watch).",
 		}, []string{"destination", "op"}),
 		budgetRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bridge_retry_budget_refused_total",
