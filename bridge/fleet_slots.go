@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -29,6 +30,10 @@ import (
 // fleetSlotTTL is how long a slot outlives its holder's last renewal.
 const fleetSlotTTL = 5 * time.Second
 
+// fleetSlotHold is how long a busy replica may keep a slot from one
+// attempt to the next before it gives it back (see release).
+const fleetSlotHold = time.Second
+
 // fleetSlotRetry is how long a replica that found no free slot waits
 // before it asks again when no slot is seen freed meanwhile.
 const fleetSlotRetry = time.Second
@@ -44,7 +49,8 @@ type fleetSlots struct {
 	last  []uint64 // each slot's last revision (0: never written)
 	held  []bool   // taken, as last seen
 	freed chan struct{}
-	mine  int // slots this replica holds
+	mine  int          // slots this replica holds
+	idle  []*slotLease // held here between two attempts (see release)
 }
 
 func newFleetSlots(dest string, max int) *fleetSlots {
@@ -57,10 +63,14 @@ func slotKey(dest string, i int) string { return "fleet." + dest + ".slot." + st
 // slotLease is one attempt's slot.
 type slotLease struct {
 	i     int
-	mu    sync.Mutex
-	rev   uint64
-	t     *time.Timer // the next renewal
-	ended bool
+	since time.Time // taken
+	// idleSince is when it was kept for the next attempt (zero while an
+	// attempt holds it); guarded by the slots' mu.
+	idleSince time.Time
+	mu        sync.Mutex
+	rev       uint64
+	t         *time.Timer // the next renewal
+	ended     bool
 }
 
 // seen records an entry of the watch: slot i at revision rev, taken or
@@ -86,6 +96,9 @@ func (s *fleetSlots) seen(i int, rev uint64, taken bool) {
 // attempt then runs under the per-process limit alone (counted).
 func (s *fleetSlots) acquire(ctx context.Context, f *fleet, m *metrics) (*slotLease, error) {
 	for {
+		if l := s.reuse(); l != nil {
+			return l, nil
+		}
 		s.mu.Lock()
 		freed := s.freed
 		s.mu.Unlock()
@@ -105,7 +118,7 @@ func (s *fleetSlots) acquire(ctx context.Context, f *fleet, m *metrics) (*slotLe
 				}
 				s.mine++
 				s.mu.Unlock()
-				l := &slotLease{i: i, rev: rev}
+				l := &slotLease{i: i, rev: rev, since: time.Now()}
 				l.t = time.AfterFunc(fleetSlotTTL/3, func() { s.renew(f, l, m) })
 				return l, nil
 			}
@@ -137,6 +150,16 @@ func (s *fleetSlots) acquire(ctx context.Context, f *fleet, m *metrics) (*slotLe
 
 // renew extends l's TTL while its attempt runs.
 func (s *fleetSlots) renew(f *fleet, l *slotLease, m *metrics) {
+	s.mu.Lock()
+	stale := !l.idleSince.IsZero() && time.Since(l.idleSince) >= fleetSlotTTL/3
+	if stale {
+		s.unkeepLocked(l)
+	}
+	s.mu.Unlock()
+	if stale { // kept and not used since the last renewal: give it back
+		s.drop(f, l, m)
+		return
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ended {
@@ -151,9 +174,71 @@ func (s *fleetSlots) renew(f *fleet, l *slotLease, m *metrics) {
 	l.t.Reset(fleetSlotTTL / 3)
 }
 
-// release gives l's slot back.
-func (s *fleetSlots) release(f *fleet, l *slotLease, m *metrics) {
+// release ends an attempt's hold on l. With more attempts waiting here
+// (next) a lease younger than fleetSlotHold is kept for the next attempt
+// instead of given back, so that a busy replica pays no round trip per
+// attempt; older ones are given back so that the replicas take turns, and
+// without waiters every kept lease is given back.
+func (s *fleetSlots) release(f *fleet, l *slotLease, m *metrics, next bool) {
+	if next && time.Since(l.since) < fleetSlotHold {
+		s.mu.Lock()
+		l.idleSince = time.Now()
+		s.idle = append(s.idle, l)
+		s.mu.Unlock()
+		return
+	}
+	s.drop(f, l, m)
+	if !next {
+		s.mu.Lock()
+		kept := s.idle
+		s.idle = nil
+		for _, k := range kept {
+			k.idleSince = time.Time{}
+		}
+		s.mu.Unlock()
+		for _, k := range kept {
+			s.drop(f, k, m)
+		}
+	}
+}
+
+// reuse takes a kept lease, nil when none.
+func (s *fleetSlots) reuse() *slotLease {
+	for {
+		s.mu.Lock()
+		n := len(s.idle)
+		if n == 0 {
+			s.mu.Unlock()
+			return nil
+		}
+		l := s.idle[n-1]
+		s.idle = s.idle[:n-1]
+		l.idleSince = time.Time{}
+		s.mu.Unlock()
+		l.mu.Lock()
+		ended := l.ended
+		l.mu.Unlock()
+		if !ended {
+			return l
+		}
+	}
+}
+
+// unkeepLocked removes l from the kept leases. Called with mu held.
+func (s *fleetSlots) unkeepLocked(l *slotLease) {
+	if i := slices.Index(s.idle, l); i >= 0 {
+		s.idle = slices.Delete(s.idle, i, i+1)
+	}
+	l.idleSince = time.Time{}
+}
+
+// drop gives l's slot back to the fleet.
+func (s *fleetSlots) drop(f *fleet, l *slotLease, m *metrics) {
 	l.mu.Lock()
+	if l.ended {
+		l.mu.Unlock()
+		return
+	}
 	l.ended = true
 	l.t.Stop()
 	rev := l.rev
