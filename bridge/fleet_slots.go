@@ -34,6 +34,10 @@ const fleetSlotTTL = 5 * time.Second
 // attempt to the next before it gives it back (see release).
 const fleetSlotHold = time.Second
 
+// fleetSlotIdle is how long a slot kept for this replica's next attempt
+// stays unused at most before it is given back.
+const fleetSlotIdle = 50 * time.Millisecond
+
 // fleetSlotRetry is how long a replica that found no free slot waits
 // before it asks again when no slot is seen freed meanwhile.
 const fleetSlotRetry = time.Second
@@ -69,7 +73,8 @@ type slotLease struct {
 	idleSince time.Time
 	mu        sync.Mutex
 	rev       uint64
-	t         *time.Timer // the next renewal
+	written   time.Time   // the last write (taken or renewed)
+	t         *time.Timer // the next renewal, or the end of a keep
 	ended     bool
 }
 
@@ -118,7 +123,8 @@ func (s *fleetSlots) acquire(ctx context.Context, f *fleet, m *metrics) (*slotLe
 				}
 				s.mine++
 				s.mu.Unlock()
-				l := &slotLease{i: i, rev: rev, since: time.Now()}
+				now := time.Now()
+				l := &slotLease{i: i, rev: rev, since: now, written: now}
 				l.t = time.AfterFunc(fleetSlotTTL/3, func() { s.renew(f, l, m) })
 				return l, nil
 			}
@@ -148,15 +154,20 @@ func (s *fleetSlots) acquire(ctx context.Context, f *fleet, m *metrics) (*slotLe
 	}
 }
 
-// renew extends l's TTL while its attempt runs.
+// renew runs on l's timer: it gives back a lease kept and not used for
+// fleetSlotIdle, and renews a lease in use (or kept) a third of the TTL
+// after its last write.
 func (s *fleetSlots) renew(f *fleet, l *slotLease, m *metrics) {
 	s.mu.Lock()
-	stale := !l.idleSince.IsZero() && time.Since(l.idleSince) >= fleetSlotTTL/3
-	if stale {
-		s.unkeepLocked(l)
+	idle := time.Duration(0)
+	if !l.idleSince.IsZero() {
+		idle = time.Since(l.idleSince)
+		if idle >= fleetSlotIdle {
+			s.unkeepLocked(l)
+		}
 	}
 	s.mu.Unlock()
-	if stale { // kept and not used since the last renewal: give it back
+	if idle >= fleetSlotIdle { // kept and not used: give it back
 		s.drop(f, l, m)
 		return
 	}
@@ -165,22 +176,38 @@ func (s *fleetSlots) renew(f *fleet, l *slotLease, m *metrics) {
 	if l.ended {
 		return
 	}
+	if due := fleetSlotTTL/3 - time.Since(l.written); due > 0 {
+		if idle > 0 {
+			due = min(due, fleetSlotIdle-idle)
+		}
+		l.t.Reset(due)
+		return
+	}
 	rev, err := f.writeSlot(context.Background(), slotKey(s.dest, l.i), l.rev)
 	if err != nil {
 		m.fleetError(s.dest, "concurrency")
 	} else {
-		l.rev = rev
+		l.rev, l.written = rev, time.Now()
 	}
-	l.t.Reset(fleetSlotTTL / 3)
+	next := fleetSlotTTL / 3
+	if idle > 0 {
+		next = min(next, fleetSlotIdle-idle)
+	}
+	l.t.Reset(next)
 }
 
-// release ends an attempt's hold on l. With more attempts waiting here
-// (next) a lease younger than fleetSlotHold is kept for the next attempt
-// instead of given back, so that a busy replica pays no round trip per
-// attempt; older ones are given back so that the replicas take turns, and
-// without waiters every kept lease is given back.
-func (s *fleetSlots) release(f *fleet, l *slotLease, m *metrics, next bool) {
-	if next && time.Since(l.since) < fleetSlotHold {
+// release ends an attempt's hold on l. A lease younger than
+// fleetSlotHold is kept for the next attempt of this replica, for at most
+// fleetSlotIdle, instead of given back at once: a busy replica then pays
+// no round trip per attempt. Older leases are given back, so that the
+// replicas take turns.
+func (s *fleetSlots) release(f *fleet, l *slotLease, m *metrics) {
+	if time.Since(l.since) < fleetSlotHold {
+		l.mu.Lock()
+		if !l.ended {
+			l.t.Reset(fleetSlotIdle)
+		}
+		l.mu.Unlock()
 		s.mu.Lock()
 		l.idleSince = time.Now()
 		s.idle = append(s.idle, l)
@@ -188,18 +215,6 @@ func (s *fleetSlots) release(f *fleet, l *slotLease, m *metrics, next bool) {
 		return
 	}
 	s.drop(f, l, m)
-	if !next {
-		s.mu.Lock()
-		kept := s.idle
-		s.idle = nil
-		for _, k := range kept {
-			k.idleSince = time.Time{}
-		}
-		s.mu.Unlock()
-		for _, k := range kept {
-			s.drop(f, k, m)
-		}
-	}
 }
 
 // reuse takes a kept lease, nil when none.
@@ -217,6 +232,9 @@ func (s *fleetSlots) reuse() *slotLease {
 		s.mu.Unlock()
 		l.mu.Lock()
 		ended := l.ended
+		if !ended {
+			l.t.Reset(max(fleetSlotTTL/3-time.Since(l.written), 0))
+		}
 		l.mu.Unlock()
 		if !ended {
 			return l

@@ -225,7 +225,7 @@ func (g *gate) Apply(inner func(failsafe.Execution[*response]) *common.PolicyRes
 		}
 		r := inner(exec)
 		if lease != nil {
-			g.slots.release(f, lease, g.m, g.hasWaiters())
+			g.slots.release(f, lease, g.m)
 		}
 		res := r.Result
 		if r.Error != nil {
@@ -313,13 +313,6 @@ func (g *gate) release(a admitted, measured, success bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.releaseLocked(a.rel, measured, success)
-}
-
-// hasWaiters reports whether attempts wait for an admission.
-func (g *gate) hasWaiters() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.queued() > 0
 }
 
 func (g *gate) queued() int {
