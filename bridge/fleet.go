@@ -18,9 +18,11 @@ import (
 	"github.com/sotercare/jetbridge/config"
 )
 
-// Fleet-wide flow control (docs/delivery.md#flow-control): every replica
-// of a bridge shares, through JetStream, a destination's rate limit and
-// its Retry-After pauses.
+// Fleet-wide flow control (docs/delivery.md#across-replicas): every
+// replica of a bridge shares, through JetStream, a destination's rate
+// limit, its Retry-After pauses, and a fixed concurrency limit (slot
+// leases, fleet_slots.go). Adaptive concurrency, slow start, the severity
+// order, the breaker and the retry budget stay per process.
 //
 //   - Rate: time is cut into windows of per/10 (fleetWindows windows per
 //     period), aligned on the wall clock, so every replica computes the
