@@ -43,6 +43,9 @@ type destinationStatus struct {
 	Breaker     string `json:"breaker"`
 	Held        int64  `json:"held"` // messages held by the open breaker
 	RateLimit   string `json:"rate_limit,omitempty"`
+	// FleetRate is the rate limit's share of the fleet (fleet.go); nil
+	// without a rate limit.
+	FleetRate *FleetRateStatus `json:"fleet_rate,omitempty"`
 	GateStatus
 }
 
@@ -56,6 +59,12 @@ func (b *Bridge) destinationStatuses() []destinationStatus {
 		st := destinationStatus{Destination: name, Breaker: d.state().String(), Held: d.held.Load(), GateStatus: d.gate.Status()}
 		if rl := d.cfg.RateLimit; rl != nil {
 			st.RateLimit = fmt.Sprintf("%d per %s, burst %d", rl.Requests, rl.Per, rl.Burst)
+		}
+		if p := d.pipe.Load(); p != nil && p.rate != nil {
+			if fr, ok := p.rate.src.(*fleetRate); ok {
+				fs := fr.status()
+				st.FleetRate = &fs
+			}
 		}
 		out = append(out, st)
 	}

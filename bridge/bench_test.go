@@ -110,6 +110,9 @@ func BenchmarkHotPath(b *testing.B) {
 	b.Run("flow=off", func(b *testing.B) { benchHotPath(b, "") })
 	// A fixed concurrency limit that is never reached: the cost of the gate.
 	b.Run("flow=concurrency", func(b *testing.B) { benchHotPath(b, "concurrency: {max: 64}") })
+	// A rate limit that is never reached: the cost of the rate limit
+	// (fleet-wide: docs/delivery.md#flow-control).
+	b.Run("flow=rate", func(b *testing.B) { benchHotPath(b, "rate_limit: {requests: 1000000, per: 1s, burst: 1000}") })
 }
 
 func benchHotPath(b *testing.B, flow string) {

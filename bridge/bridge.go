@@ -114,6 +114,9 @@ type Bridge struct {
 	provisionErr atomic.Pointer[error] // the last provisioning error while Run retries
 	health       *readiness            // stream and consumer checks for Readiness; see readiness.go
 	tr           *tracer               // nil when tracing is off; see trace.go
+	// fleet is the state the replicas share for flow control (fleet.go);
+	// set by Provision when a destination has a flow-control block.
+	fleet fleetHolder
 }
 
 // runState is a running Bridge: the contexts its routes are started with
@@ -246,6 +249,7 @@ func (b *Bridge) newDestination(dc *config.Destination) (*destination, error) {
 		return nil, err
 	}
 	d.trace = b.tr.forDestination(d)
+	fleetGate(d.gate, &b.fleet, dc)
 	return d, nil
 }
 
@@ -307,6 +311,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	b.health.setWatching(true)
 	loops.Go(func() { b.watchReadiness(ctx) })
 	loops.Go(func() { b.advisories(ctx) })
+	loops.Go(func() { b.watchPauses(ctx) })
 	close(b.ready)
 	b.log.Info().Int("routes", started).Msg("bridge running")
 	<-ctx.Done()

@@ -170,6 +170,12 @@ type gate struct {
 	dest string
 	m    *metrics // nil: no metrics
 	log  zerolog.Logger
+	// fleet is the bridge's shared state (fleet.go): a pause is shared
+	// through it; nil, or holding nil, when there is none.
+	fleet *fleetHolder
+	// slots is the fleet-wide share of a fixed concurrency limit
+	// (fleet_slots.go); nil: per process.
+	slots *fleetSlots
 
 	mu       sync.Mutex
 	waiting  [len(severities)][]*waiter
@@ -207,7 +213,20 @@ func (g *gate) Apply(inner func(failsafe.Execution[*response]) *common.PolicyRes
 		if err != nil {
 			return &common.PolicyResult[*response]{Error: errHeldAtGate, Done: true}
 		}
+		// Then a slot of the fleet-wide limit (fleet_slots.go), held like
+		// the local admission.
+		var lease *slotLease
+		f := g.fleet.load()
+		if g.slots != nil && f != nil {
+			if lease, err = g.slots.acquire(adm.hold, f, g.m); err != nil {
+				g.release(adm0, false, false)
+				return &common.PolicyResult[*response]{Error: errHeldAtGate, Done: true}
+			}
+		}
 		r := inner(exec)
+		if lease != nil {
+			g.slots.release(f, lease, g.m)
+		}
 		res := r.Result
 		if r.Error != nil {
 			res = nil
@@ -228,10 +247,15 @@ func (g *gate) backPressure(res *response, maxPause time.Duration) {
 	if pause <= 0 {
 		return
 	}
-	if g.m != nil {
-		g.m.paused(g.dest, g.pause(pause))
-	} else {
-		g.pause(pause)
+	until := time.Now().Add(pause)
+	grew := g.pauseUntil(until, true)
+	if f := g.fleet.load(); f != nil && grew > 0 {
+		// The other replicas pause too (their watch of the fleet's
+		// bucket, fleet.go): docs/delivery.md#flow-control.
+		if err := f.sharePause(context.Background(), g.dest, until); err != nil {
+			g.m.fleetError(g.dest, "pause")
+			g.log.Warn().Str("error", err.Error()).Msg("the pause could not be shared with the other replicas")
+		}
 	}
 	g.log.Info().Int("status", res.status).Str("pause", pause.String()).
 		Msg("destination asked to wait (Retry-After): no new requests to it from any route until then")
@@ -391,8 +415,27 @@ func (g *gate) startRampLocked() {
 // pause admits nothing until d has passed (a longer pause in progress is
 // kept), then starts a slow start. It returns by how much the pause grew.
 func (g *gate) pause(d time.Duration) time.Duration {
+	return g.pauseUntil(time.Now().Add(d), true)
+}
+
+// pauseUntil admits nothing until until (a longer pause in progress is
+// kept; a time already past does nothing), then starts a slow start. It
+// returns by how much the pause grew, counted in the paused metric when
+// count is set (a pause another replica shared is counted by it).
+func (g *gate) pauseUntil(until time.Time, count bool) time.Duration {
 	now := time.Now()
-	until := now.Add(d)
+	d := until.Sub(now)
+	if d <= 0 {
+		return 0
+	}
+	grew := g.setPause(now, until, d)
+	if count && g.m != nil {
+		g.m.paused(g.dest, grew)
+	}
+	return grew
+}
+
+func (g *gate) setPause(now, until time.Time, d time.Duration) time.Duration {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed || !g.paused.IsZero() && !until.After(g.paused) {
@@ -457,6 +500,10 @@ type GateStatus struct {
 	Waiting          map[string]int `json:"waiting"`           // by severity
 	SlowStart        int            `json:"slow_start,omitempty"`
 	PausedFor        string         `json:"paused_for,omitempty"`
+	// FleetSlots is how many of the fleet's concurrency slots this
+	// replica holds (fleet_slots.go); absent when the limit is per
+	// process.
+	FleetSlots *int `json:"fleet_slots_held,omitempty"`
 }
 
 // effectiveLimit is the concurrency limit in force: the limit, or the
@@ -479,6 +526,10 @@ func (g *gate) statusLocked() GateStatus {
 	}
 	if !g.paused.IsZero() {
 		st.PausedFor = time.Until(g.paused).Round(time.Millisecond).String()
+	}
+	if g.slots != nil && g.fleet.load() != nil {
+		n := g.slots.heldHere()
+		st.FleetSlots = &n
 	}
 	return st
 }

@@ -41,6 +41,8 @@ type metrics struct {
 	waiting          *prometheus.GaugeVec   // destination, severity
 	rateLimitedSecs  *prometheus.CounterVec // destination
 	pausedSecs       *prometheus.CounterVec // destination
+	fleetWaitSecs    *prometheus.CounterVec // destination
+	fleetErrors      *prometheus.CounterVec // destination, op
 	budgetRefusals   *prometheus.CounterVec // destination
 
 	// Stream and store state, from the readiness checks' lookups (every
@@ -143,6 +145,14 @@ func newMetrics(reg prometheus.Registerer, cfg *config.Config) (*metrics, error)
 			Name: "bridge_destination_paused_seconds_total",
 			Help: "Time the destination was paused by a 429 or 503 with Retry-After.",
 		}, []string{"destination"}),
+		fleetWaitSecs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bridge_fleet_rate_wait_seconds_total",
+			Help: "Time HTTP tries waited for the fleet-wide rate limit (the whole fleet had spent the window's quota), summed over tries.",
+		}, []string{"destination"}),
+		fleetErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bridge_fleet_state_errors_total",
+			Help: "Failed reads or writes of the flow-control state the replicas share in JetStream, by destination and op (rate: the counter, the replica then keeps to its per-process limit for a second; concurrency: a slot not taken, renewed or released; pause: sharing or watching a pause, an empty destination for the watch).",
+		}, []string{"destination", "op"}),
 		budgetRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bridge_retry_budget_refused_total",
 			Help: "In-process retries the destination's retry budget refused (left to the broker's redelivery).",
@@ -166,7 +176,7 @@ func newMetrics(reg prometheus.Registerer, cfg *config.Config) (*metrics, error)
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.messages, m.requests, m.duration, m.circuit, m.inFlight, m.deadLetters,
-			m.payloadOmitted, m.safetyNet, m.concurrencyLimit, m.gateInFlight, m.waiting, m.rateLimitedSecs, m.pausedSecs, m.budgetRefusals,
+			m.payloadOmitted, m.safetyNet, m.concurrencyLimit, m.gateInFlight, m.waiting, m.rateLimitedSecs, m.pausedSecs, m.fleetWaitSecs, m.fleetErrors, m.budgetRefusals,
 			m.consumerPending, m.deadLettersStored, m.idempotencyErrors, m.idempotencyConflicts} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
@@ -241,6 +251,7 @@ func (m *metrics) addNames(routes, dests []string) {
 		m.circuit.WithLabelValues(name)
 		m.rateLimitedSecs.WithLabelValues(name)
 		m.pausedSecs.WithLabelValues(name)
+		m.fleetWaitSecs.WithLabelValues(name)
 		m.budgetRefusals.WithLabelValues(name)
 	}
 	m.children.Store(next)

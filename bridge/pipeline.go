@@ -10,7 +10,6 @@ import (
 	"github.com/failsafe-go/failsafe-go"
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
 	"github.com/failsafe-go/failsafe-go/common"
-	"github.com/failsafe-go/failsafe-go/ratelimiter"
 	"github.com/failsafe-go/failsafe-go/retrypolicy"
 
 	"github.com/sotercare/jetbridge/config"
@@ -202,28 +201,28 @@ func breakerFailure(statuses []int) func(r *response, err error) bool {
 }
 
 // rateWait is the pipeline's rate-limit stage, a failsafe-go policy: it
-// waits for a permit of the destination's rate limit (failsafe-go's bursty
-// rate limiter) before every try, retries included, asking once per
-// refill period. It never reserves a permit ahead (the limiter's own
-// blocking wait would): a reserved permit is used whenever its waiter
-// wakes, so a stalled process would send several periods' permits at
-// once; asked for at wake time, permits never come in bursts larger than
-// the configured burst.
+// waits for a permit of the destination's rate limit before every try,
+// retries included. Its source is the fleet-wide limit (fleet.go), which
+// takes a permit of the per-process limit (failsafe-go's bursty rate
+// limiter) first. That one is asked once per refill period and never
+// reserves a permit ahead (the limiter's own blocking wait would): a
+// reserved permit is used whenever its waiter wakes, so a stalled process
+// would send several periods' permits at once; asked for at wake time,
+// permits never come in bursts larger than the configured burst.
 type rateWait struct {
-	limiter ratelimiter.RateLimiter[*response]
-	poll    time.Duration // the refill period
-	d       *destination  // for its metrics
+	src rateSource
+	d   *destination // for its metrics
 }
 
 // newRateWait builds the rate limit of rl: Burst permits every
 // ratePeriod, so at most Requests per Per on average and never more than
-// Burst at once. nil when none.
+// Burst at once, for all replicas together once the fleet's state is
+// provisioned. nil when none.
 func newRateWait(rl *config.RateLimit, d *destination) *rateWait {
 	if rl == nil {
 		return nil
 	}
-	period := ratePeriod(rl)
-	return &rateWait{limiter: ratelimiter.NewBursty[*response](uint(rl.Burst), period), poll: period, d: d}
+	return &rateWait{src: newFleetRate(rl, d.name, d.gate, d.m), d: d}
 }
 
 // ratePeriod is Per*Burst/Requests: the period in which a rate limit's
@@ -240,23 +239,10 @@ func (w *rateWait) ToExecutor(*response) any { return w }
 func (w *rateWait) Apply(inner func(failsafe.Execution[*response]) *common.PolicyResult[*response]) func(failsafe.Execution[*response]) *common.PolicyResult[*response] {
 	return func(exec failsafe.Execution[*response]) *common.PolicyResult[*response] {
 		start := time.Now()
-		if err := w.wait(exec.Context()); err != nil {
+		if err := w.src.wait(exec.Context()); err != nil {
 			return &common.PolicyResult[*response]{Error: err, Done: true}
 		}
 		w.d.m.rateLimited(w.d.name, time.Since(start))
 		return inner(exec)
 	}
-}
-
-func (w *rateWait) wait(ctx context.Context) error {
-	for !w.limiter.TryAcquirePermit() {
-		t := time.NewTimer(w.poll)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
-	return nil
 }

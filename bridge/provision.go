@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"time"
@@ -76,6 +77,11 @@ func (b *Bridge) Provision(ctx context.Context) error {
 			return fmt.Errorf("bridge: idempotency bucket %s: %w", b.cfg.Idempotency.Bucket, err)
 		}
 		b.idem = newReservations(kv)
+	}
+	if needsFleet(b.cfg) {
+		if err := b.provisionFleet(ctx); err != nil {
+			return err
+		}
 	}
 	for _, r := range b.liveRoutes() {
 		if err := apiCall(ctx, r.bindConsumer); err != nil {
@@ -269,4 +275,26 @@ func consumerConfig(rc *config.Route) jetstream.ConsumerConfig {
 		// beyond what replicas have in flight.
 		MaxAckPending: max(1000, 4*rc.MaxInFlight),
 	}
+}
+
+// provisionFleet creates the counter stream and the bucket the replicas
+// share for flow control (fleet.go), and makes them the bridge's fleet.
+func (b *Bridge) provisionFleet(ctx context.Context) error {
+	sc := b.cfg.Stream
+	if err := apiCall(ctx, func(ctx context.Context) error {
+		return ensureStream(ctx, b.js, fleetRateStreamConfig(sc, fleetRateAge(b.cfg)), b.warnDiffers)
+	}); err != nil {
+		return fmt.Errorf("bridge: fleet rate stream %s: %w", fleetRateStreamName(sc.Name), err)
+	}
+	var kv jetstream.KeyValue
+	if err := apiCall(ctx, func(ctx context.Context) error {
+		var err error
+		kv, err = ensureBucket(ctx, b.js, fleetBucketConfig(sc), b.warnDiffers)
+		return err
+	}); err != nil {
+		return fmt.Errorf("bridge: fleet bucket %s: %w", fleetBucketName(sc.Name), err)
+	}
+	host, _ := os.Hostname()
+	b.fleet.p.Store(&fleet{js: b.js, stream: sc.Name, kv: kv, replica: host + "-" + strconv.Itoa(os.Getpid())})
+	return nil
 }
