@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -442,5 +443,29 @@ func TestLoadFile(t *testing.T) {
 	_, err = LoadFile(filepath.Join(t.TempDir(), "missing.yaml"))
 	if !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("got %v, want fs.ErrNotExist", err)
+	}
+}
+
+// The fleet-wide flow control keeps its counters under jetbridge.>: with
+// a destination limited, stream subjects overlapping it are refused; the
+// control is the same stream with no destination limited, which loads.
+func TestFleetSubjectsOutsideTheStream(t *testing.T) {
+	const file = `stream:
+  subjects: ["events.>", "jetbridge.*.x.>"]
+dead_letter: {subject_prefix: dlq}
+destinations:
+  d:
+    url: http://127.0.0.1:9/x
+%s
+routes:
+  - {name: r, subjects: ["events.>"], destination: d}
+`
+	_, err := Load([]byte(fmt.Sprintf(file, "    rate_limit: {requests: 5, per: 1s}")), "test.yaml")
+	want := `test.yaml:2: stream.subjects[1]: "jetbridge.*.x.>" overlaps jetbridge.>, where the fleet-wide flow control keeps its counters (a destination has a rate_limit or a concurrency limit)`
+	if err == nil || err.Error() != want {
+		t.Fatalf("limited destination: %v\nwant %s", err, want)
+	}
+	if _, err := Load([]byte(fmt.Sprintf(file, "")), "test.yaml"); err != nil {
+		t.Fatalf("no destination limited: %v", err)
 	}
 }

@@ -40,6 +40,7 @@ func (c *Config) validate(idx *index, source string) error {
 		v.destination(name, c.Destinations[name])
 	}
 	v.routes(c)
+	v.fleet(c)
 	v.tracing(&c.Tracing)
 	if len(v.errs) == 0 {
 		return nil
@@ -598,4 +599,29 @@ func validHeaderName(s string) bool {
 		}
 	}
 	return true
+}
+
+// FleetSubjects is the subject space of the fleet-wide rate counters the
+// bridge creates when a destination has a rate_limit or a concurrency
+// limit (docs/delivery.md#across-replicas): stream.subjects must leave it
+// alone, or JetStream refuses the counter stream.
+const FleetSubjects = "jetbridge.>"
+
+// fleet checks what the fleet-wide flow control needs of the rest of the
+// file: its counter stream's subjects outside stream.subjects.
+func (v *validator) fleet(c *Config) {
+	used := false
+	for _, d := range c.Destinations {
+		if d != nil && (d.RateLimit != nil || d.Concurrency != nil) {
+			used = true
+		}
+	}
+	if !used {
+		return
+	}
+	for i, f := range c.Stream.Subjects {
+		if subjects.ValidateFilter(f) == nil && subjects.Overlap(FleetSubjects, f) {
+			v.addf(fmt.Sprintf("stream.subjects[%d]", i), "%s overlaps %s, where the fleet-wide flow control keeps its counters (a destination has a rate_limit or a concurrency limit)", v.q(fmt.Sprintf("stream.subjects[%d]", i), f), FleetSubjects)
+		}
+	}
 }
