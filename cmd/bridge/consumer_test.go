@@ -258,7 +258,9 @@ rb    in config      2        0            never
 	if got := auditLine(t, r, "consumer delete", since); got != "stream=EVENTS consumer=old pending=4 ack_pending=1 result=in-use" {
 		t.Fatalf("in-use audit: %q", got)
 	}
-	withStdin(t, func() { r = runBridge(t, "consumer", "delete", "old", "--yes", "--force", "--json", "--config", e.path) })
+	withStdin(t, func() {
+		r = runBridge(t, "consumer", "delete", "old", "--yes", "--force", "--json", "--config", e.path)
+	})
 	if want := fmt.Sprintf(`{"name":"old","stream":"EVENTS","in_config":false,"pending":4,"ack_pending":1,"last_delivery":"%s","deleted":true}`+"\n", last.Format(time.RFC3339Nano)); r.code != 0 || r.stdout != want {
 		t.Fatalf("delete --yes --json: %s\nwant stdout:\n%s", r, want)
 	}
