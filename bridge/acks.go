@@ -343,34 +343,39 @@ func (c *ackCompleter) sweep(now time.Time) {
 		}
 		if p.recording {
 			if !errors.Is(p.err, nats.ErrNoResponders) || p.tries >= c.cfg.tries {
-				err := p.err
-				if err == nil {
-					err = nats.ErrTimeout
-				}
-				c.recorded(i, err) // unlocks
+				c.recorded(i, p.givenUp()) // unlocks
 				continue
 			}
-			p.tries++
-			p.err, p.due = nil, now.Add(c.cfg.recordWait)
-			gen, rec := p.gen, p.rec
+			gen, rec := p.again(now, c.cfg.recordWait), p.rec
 			c.mu.Unlock()
 			c.publishRecord(i, gen, &rec)
 			continue
 		}
 		if p.tries >= c.cfg.tries {
-			err := p.err
-			if err == nil {
-				err = nats.ErrTimeout
-			}
-			c.finish(i, err) // unlocks
+			c.finish(i, p.givenUp()) // unlocks
 			continue
 		}
-		p.tries++
-		p.err, p.due = nil, now.Add(c.cfg.timeout)
-		gen, m := p.gen, p.m
+		gen, m := p.again(now, c.cfg.timeout), p.m
 		c.mu.Unlock()
 		c.publish(i, gen, m)
 	}
+}
+
+// givenUp is why a place's last send is given up: its error, or no
+// answer in time.
+func (p *pendingAck) givenUp() error {
+	if p.err == nil {
+		return nats.ErrTimeout
+	}
+	return p.err
+}
+
+// again counts one more send, due to be answered within wait, and returns
+// the place's generation for its reply subject.
+func (p *pendingAck) again(now time.Time, wait time.Duration) uint64 {
+	p.tries++
+	p.err, p.due = nil, now.Add(wait)
+	return p.gen
 }
 
 // reportAck reports a settlement by ack: err is nil when JetStream
