@@ -2,7 +2,6 @@ package bridge
 
 import (
 	"fmt"
-	"net/http"
 	"testing"
 	"time"
 
@@ -88,10 +87,7 @@ destinations:
 routes:
   - {name: r, subjects: ["events.>"], destination: d, max_in_flight: 16, ack_wait: 2s}
 `, sink.srv.URL)
-		hs := make([]*harness, 3)
-		for i := range hs {
-			hs[i] = startHarness(t, srv, cfg, faults{}, tweak)
-		}
+		hs := replicas(t, srv, cfg, tweak, 3)
 		const n = 700
 		publishN(hs[0], "events.info.x", "e", n)
 		const phase = 8 * time.Second
@@ -137,12 +133,7 @@ func TestFleetRetryAfterPausesEveryReplica(t *testing.T) {
 	check := func(t testing.TB, tweak func(*Bridge)) error {
 		srv := natstest.Start(t)
 		sink := newFlowSink(t, 0)
-		sink.script = func(n int) (int, http.Header) {
-			if n == 1 {
-				return 429, http.Header{"Retry-After": {"2"}}
-			}
-			return 0, nil
-		}
+		sink.script = retryAfterFirst("2")
 		cfg := testConfig(t, `
 destinations:
   d:
@@ -152,10 +143,7 @@ destinations:
 routes:
   - {name: r, subjects: ["events.>"], destination: d, max_in_flight: 4, ack_wait: 1s}
 `, sink.srv.URL)
-		hs := make([]*harness, 3)
-		for i := range hs {
-			hs[i] = startHarness(t, srv, cfg, faults{}, tweak)
-		}
+		hs := replicas(t, srv, cfg, tweak, 3)
 		hs[0].publish("events.info.x", "first", []byte(`{}`), nil)
 		if !sink.waitFor(settleWait, func(as []arrival) bool { return len(as) == 1 }) {
 			return fmt.Errorf("the first event never arrived")
@@ -301,10 +289,7 @@ destinations:
 routes:
   - {name: r, subjects: ["events.>"], destination: d, max_in_flight: 8, ack_wait: 2s}
 `, sink.srv.URL)
-		hs := make([]*harness, 3)
-		for i := range hs {
-			hs[i] = startHarness(t, srv, cfg, faults{}, tweak)
-		}
+		hs := replicas(t, srv, cfg, tweak, 3)
 		const n = 200
 		publishN(hs[0], "events.info.x", "e", n)
 		if !sink.waitFor(time.Minute, func(as []arrival) bool { return len(as) >= n }) {
@@ -338,10 +323,7 @@ destinations:
 routes:
   - {name: r, subjects: ["events.>"], destination: d, max_in_flight: 8, ack_wait: 2s}
 `, sink.srv.URL)
-		hs := make([]*harness, 2)
-		for i := range hs {
-			hs[i] = startHarness(t, srv, cfg, faults{}, tweak)
-		}
+		hs := replicas(t, srv, cfg, tweak, 2)
 		kv, err := hs[0].js.KeyValue(t.Context(), fleetBucketName(cfg.Stream.Name))
 		if err != nil {
 			return err
@@ -417,4 +399,15 @@ routes:
 	if _, err := f.writeSlot(t.Context(), key, marker.Revision()); err != nil {
 		t.Fatalf("taking a released slot at its marker's revision: %v", err)
 	}
+}
+
+// replicas starts n bridges on srv with cfg and tweak, each with its own
+// connections: replicas of one fleet.
+func replicas(t testing.TB, srv *natstest.Server, cfg *config.Config, tweak func(*Bridge), n int) []*harness {
+	t.Helper()
+	hs := make([]*harness, n)
+	for i := range hs {
+		hs[i] = startHarness(t, srv, cfg, faults{}, tweak)
+	}
+	return hs
 }

@@ -356,12 +356,7 @@ routes:
 func TestRetryAfterPausesTheDestination(t *testing.T) {
 	check := func(t testing.TB, f faults) error {
 		sink := newFlowSink(t, 0)
-		sink.script = func(n int) (int, http.Header) {
-			if n == 1 {
-				return 429, http.Header{"Retry-After": {"2"}}
-			}
-			return 0, nil
-		}
+		sink.script = retryAfterFirst("2")
 		cfg := testConfig(t, `
 destinations:
   d:
@@ -543,4 +538,15 @@ routes:
 		t.Fatal(err)
 	}
 	expectBroken(t, "no retry budget", func(t testing.TB) error { return check(t, "") })
+}
+
+// retryAfterFirst is a flow sink's script: the first request is answered
+// 429 with Retry-After: after, every other one as the sink's default.
+func retryAfterFirst(after string) func(n int) (int, http.Header) {
+	return func(n int) (int, http.Header) {
+		if n == 1 {
+			return 429, http.Header{"Retry-After": {after}}
+		}
+		return 0, nil
+	}
 }
