@@ -106,12 +106,7 @@ func consumerSession(ctx context.Context, path, server string, stderr io.Writer)
 	if err != nil {
 		return nil, nil, err
 	}
-	js, err := jetstream.New(s.nc)
-	if err != nil {
-		s.close()
-		return nil, nil, err
-	}
-	st, err := js.Stream(ctx, s.cfg.Stream.Name)
+	st, err := s.js.Stream(ctx, s.cfg.Stream.Name)
 	if err != nil {
 		s.close()
 		return nil, nil, consumerErr(s.cfg.Stream.Name, err)
@@ -279,11 +274,7 @@ stderr (who, when, what: stream, consumer, its counts, the result). With
 			return usageErr("consumer delete: %s is a route of %s: it is in force; remove the route from the file and reload every replica first",
 				name, configPath(config))
 		}
-		js, err := jetstream.New(s.nc)
-		if err != nil {
-			return err
-		}
-		st, err := js.Stream(ctx, stream)
+		st, err := s.js.Stream(ctx, stream)
 		if err != nil {
 			return consumerErr(stream, err) // no audit line: nothing to work on
 		}

@@ -135,7 +135,8 @@ const progressMin = 10
 type dlqSession struct {
 	cfg     *config.Config
 	nc      *nats.Conn
-	closing *atomic.Bool // set before a deliberate close: no "reconnecting" log
+	js      jetstream.JetStream // on nc
+	closing *atomic.Bool        // set before a deliberate close: no "reconnecting" log
 	q       *deadletter.Queue
 	srv     *embedded.Server // the stopped bridge's store, served privately (dlqconn.go); nil otherwise
 }

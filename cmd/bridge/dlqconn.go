@@ -50,7 +50,7 @@ func openDLQ(path, server string, stderr io.Writer) (*dlqSession, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &dlqSession{cfg: cfg, nc: nc, closing: closing, q: deadletter.Open(js, cfg), srv: srv}, nil
+	return &dlqSession{cfg: cfg, nc: nc, js: js, closing: closing, q: deadletter.Open(js, cfg), srv: srv}, nil
 }
 
 // close closes the connection, then stops the private server, which

@@ -99,11 +99,7 @@ func idemCommand(c *cobra.Command, o *idemOptions, check func(args []string) err
 		if o.route != "" && !slices.Contains(is.routes, o.route) {
 			return usageErr("%s: --route %s is not a route with idempotency: true (those are: %s)", name, o.route, strings.Join(is.routes, ", "))
 		}
-		js, err := jetstream.New(s.nc)
-		if err != nil {
-			return err
-		}
-		if is.store, err = idempotency.Open(ctx, js, s.cfg.Idempotency.Bucket); err != nil {
+		if is.store, err = idempotency.Open(ctx, s.js, s.cfg.Idempotency.Bucket); err != nil {
 			if errors.Is(err, jetstream.ErrBucketNotFound) {
 				return fmt.Errorf("idempotency bucket %s does not exist (has the bridge run with this configuration?)", s.cfg.Idempotency.Bucket)
 			}
