@@ -372,3 +372,36 @@ func TestConfigFromAPipe(t *testing.T) {
 		t.Fatalf("run --watch on a pipe: exit %d, stderr %q; want exit 2 and %q", code, stderr, wantErr)
 	}
 }
+
+// With nats.url empty and $NATS_URL set, the server comes from the
+// environment, at start and at every reload alike: a SIGHUP that moves the
+// destination is applied, not refused for a nats.url the running bridge
+// does not have. (Checked against the build before the fix, where every
+// such reload was refused as needs_restart.)
+func TestSIGHUPWithNATSURLFromTheEnvironment(t *testing.T) {
+	srv := jetbridgetest.NewServer(t)
+	_, js := srv.Connect(t)
+	first, second := jetbridgetest.NewReceiver(t), jetbridgetest.NewReceiver(t)
+	sc := scenario{natsURL: `""`, sinkURL: first.URL(), maxInFlight: 4, ackWait: 30 * time.Second, shutdownTimeout: 5 * time.Second}
+	path := sc.file(t)
+	b := runBridge(t, path, "NATS_URL="+srv.URL())
+	l := natstest.NewLedger("env", 8)
+	l.PublishOne(t, js, "events.info.env", 1)
+	waitCount(t, first, 1, countTimeout)
+
+	moved := sc
+	moved.sinkURL = second.URL()
+	writeConfig(t, path, moved.yaml())
+	if err := b.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatalf("SIGHUP: %v", err)
+	}
+	natstest.Eventually(t, countTimeout, func() error {
+		b.failIfExited(t)
+		if st := b.configStatus(t); st.LastReload == nil || st.LastReload.Result != "applied" {
+			return fmt.Errorf("last reload %+v, want applied", st.LastReload)
+		}
+		return nil
+	})
+	l.PublishOne(t, js, "events.info.env", 2)
+	waitCount(t, second, 1, countTimeout)
+}

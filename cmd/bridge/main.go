@@ -140,15 +140,28 @@ func loadConfigData(flagPath, server string, stderr io.Writer) (cfg *config.Conf
 		}
 		return nil, nil, "", &exitError{Code: 2, Msg: err.Error()}
 	}
+	if source, err = applyServer(cfg, server); err != nil {
+		return nil, nil, "", err
+	}
+	return cfg, data, source, nil
+}
+
+// applyServer puts the NATS server a command uses into cfg, in the order
+// every command documents (cli.Server): --server, then nats.url, then
+// $NATS_URL. source is where it came from when not nats.url ("" then, or
+// when none is set: the embedded server). bridge run applies it at start
+// and to each reloaded file alike, so that a reload never sees a nats.url
+// the running bridge does not have.
+func applyServer(cfg *config.Config, server string) (source string, err error) {
 	url, from := cli.Server(server, cfg.NATS.URL.Value(), "")
 	if from == "nats.url" || url == "" {
-		return cfg, data, "", nil
+		return "", nil
 	}
 	if err := cli.CheckServers(url); err != nil {
-		return nil, nil, "", usageErr("%s: %v", from, err)
+		return "", usageErr("%s: %v", from, err)
 	}
 	cfg.NATS.URL = config.Secret(url)
-	return cfg, data, from, nil
+	return from, nil
 }
 
 // signalContext is cancelled by SIGINT or SIGTERM.

@@ -19,7 +19,6 @@ import (
 
 	"github.com/sotercare/jetbridge/bridge"
 	"github.com/sotercare/jetbridge/config"
-	"github.com/sotercare/jetbridge/internal/cli"
 )
 
 // Results of bridge_config_reloads_total (docs/deploy.md#signals).
@@ -241,10 +240,8 @@ func (r *reloader) load(data []byte, readErr error) (*config.Config, []string) {
 	if err == nil {
 		err = checkNATSFiles(cfg.NATS)
 	}
-	if err == nil && r.src.server != "" {
-		if url, from := cli.Server(r.src.server, cfg.NATS.URL.Value(), ""); from != "nats.url" && url != "" {
-			cfg.NATS.URL = config.Secret(url)
-		}
+	if err == nil {
+		_, err = applyServer(cfg, r.src.server)
 	}
 	if err == nil {
 		return cfg, nil
