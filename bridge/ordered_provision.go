@@ -45,9 +45,6 @@ import (
 // orderingGroup is the priority group of every partition consumer.
 const orderingGroup = "jetbridge"
 
-// copyStreamName is the name of an ordered route's partitioned copy.
-func copyStreamName(stream, route string) string { return stream + "-" + route }
-
 // partitionConsumerName is the durable consumer of partition p.
 func partitionConsumerName(route string, p int) string { return route + "-p" + strconv.Itoa(p) }
 
@@ -94,7 +91,7 @@ func copyStreamConfig(sc config.Stream, rc *config.Route, key *subjects.Partitio
 		trs = append(trs, jetstream.SubjectTransformConfig{Source: tr.Source, Destination: tr.Destination})
 	}
 	return jetstream.StreamConfig{
-		Name:        copyStreamName(sc.Name, rc.Name),
+		Name:        config.CopyStream(sc.Name, rc.Name),
 		Description: "jetbridge: partitioned copy of " + sc.Name + " for ordered route " + rc.Name,
 		Storage:     jetstream.FileStorage,
 		Retention:   jetstream.WorkQueuePolicy,

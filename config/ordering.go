@@ -147,16 +147,30 @@ func defaultOrdering() Ordering {
 	return Ordering{Partitions: DefaultPartitions, OnDeadLetter: OnDeadLetterContinue}
 }
 
+// CopyStream names the partitioned copy of stream that an ordered route
+// delivers from: <stream>-<route>.
+func CopyStream(stream, route string) string { return stream + "-" + route }
+
 // ordering checks the ordering block of r, the route at path p: its key
 // against the route's subjects (subjects.NewPartitioner's rules), its
-// partitions and on_dead_letter; then, while this build cannot deliver in
+// partitions and on_dead_letter, and that its copy's name is not taken by
+// a stream of the configuration; then, while this build cannot deliver in
 // order, refuses the block.
-func (v *validator) ordering(p string, r *Route) {
+func (v *validator) ordering(c *Config, p string, r *Route) {
 	o := r.Ordering
 	if o == nil {
 		return
 	}
 	op := p + ".ordering"
+	if validName(r.Name) {
+		cp := CopyStream(c.Stream.Name, r.Name)
+		switch cp {
+		case c.DeadLetter.Stream:
+			v.addf(op, "the route's partitioned copy would be stream %s, which is dead_letter.stream: rename the route or the dead-letter stream", v.q("dead_letter.stream", cp))
+		case "KV_" + c.Idempotency.Bucket:
+			v.addf(op, "the route's partitioned copy would be stream %s, the idempotency bucket's stream: rename the route or the bucket", v.q("idempotency.bucket", cp))
+		}
+	}
 	kp := op + ".key"
 	switch {
 	case o.Key.word != "":

@@ -105,6 +105,24 @@ func TestOrderingValidation(t *testing.T) {
 	}
 }
 
+// An ordered route's copy, stream <stream>-<route>, must not be the
+// dead-letter stream; the control renames the route.
+func TestOrderingCopyNameTaken(t *testing.T) {
+	yml := "dead_letter: {stream: EVENTS-r}\n" + orderedRoute(`["events.>"]`, "      key: subject\n")
+	got := problems(t, yml)
+	want := `test.yaml:9: routes[0].ordering: the route's partitioned copy would be stream "EVENTS-r", which is dead_letter.stream`
+	if !slices.ContainsFunc(got, func(g string) bool { return strings.HasPrefix(g, want) }) {
+		t.Fatalf("problems:\n%s\nwant %q", strings.Join(got, "\n"), want)
+	}
+	got = problems(t, strings.Replace(yml, "name: r", "name: r2", 1))
+	if slices.ContainsFunc(got, func(g string) bool { return strings.Contains(g, "partitioned copy") }) {
+		t.Fatalf("control: %s", strings.Join(got, "\n"))
+	}
+	if CopyStream("EVENTS", "r") != "EVENTS-r" {
+		t.Errorf("CopyStream = %s", CopyStream("EVENTS", "r"))
+	}
+}
+
 // While this build cannot deliver in order, a route with ordering is
 // refused, whatever the block holds; the control is the same file
 // without the block, which loads.
