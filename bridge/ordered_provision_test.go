@@ -67,7 +67,7 @@ func (f *orderedFixture) publish(t *testing.T, subs []string) map[string]uint64 
 	for i, s := range subs {
 		m := nats.NewMsg(s)
 		m.Header.Set("Event-Type", "t")
-		m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("id-%d", i))
+		m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("id-%d-%s", i, s))
 		ack, err := f.js.PublishMsg(ctx, m)
 		if err != nil {
 			t.Fatal(err)
@@ -382,5 +382,86 @@ func TestParseStreamSource(t *testing.T) {
 		if got, err := parseStreamSource(h, "EVENTS"); !errors.Is(err, ErrNotCopied) {
 			t.Errorf("parseStreamSource(%.40q) = %+v, %v; want ErrNotCopied", h, got, err)
 		}
+	}
+}
+
+// A partition's consumer gives its messages to one replica at a time:
+// once replica A pulled and got the pin, replica B's pulls get nothing
+// while A keeps pulling, and A gets every message. The control is the
+// same consumer without the pinned policy: B then gets messages too.
+func TestPartitionConsumerIsPinned(t *testing.T) {
+	f := newOrderedFixture(t)
+	oc, err := f.provision(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := oc.key.Partition("events.info.care.k")
+	name := partitionConsumerName("r", p)
+	var subs []string
+	for i := range 20 {
+		subs = append(subs, fmt.Sprintf("events.info.care.k.e%d", i))
+	}
+	f.publish(t, subs)
+
+	run := func(t *testing.T, cfg jetstream.ConsumerConfig) (a, b int) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if _, err := oc.stream.CreateOrUpdateConsumer(ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+		var opts []jetstream.FetchOpt
+		if cfg.PriorityPolicy == jetstream.PriorityPolicyPinned {
+			opts = append(opts, jetstream.FetchPriorityGroup(orderingGroup))
+		}
+		handle := func() jetstream.Consumer {
+			_, js := natstest.Connect(t, f.nc.ConnectedUrl())
+			c, err := js.Consumer(ctx, "EVENTS-r", cfg.Durable)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c
+		}
+		ca, cb := handle(), handle()
+		fetch := func(c jetstream.Consumer, n int) int {
+			batch, err := c.Fetch(n, append(opts, jetstream.FetchMaxWait(300*time.Millisecond))...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := 0
+			for m := range batch.Messages() {
+				got++
+				if err := m.Ack(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return got
+		}
+		a = fetch(ca, 1) // A is pinned
+		for a+b < 20 {
+			if ctx.Err() != nil {
+				t.Fatalf("A got %d, B %d of 20", a, b)
+			}
+			b += fetch(cb, 2)
+			a += fetch(ca, 2)
+		}
+		return a, b
+	}
+
+	pinned := partitionConsumerConfig(f.rc, p)
+	if a, b := run(t, pinned); a != 20 || b != 0 {
+		t.Errorf("pinned: A got %d, B %d; want 20 and 0", a, b)
+	}
+	for i := range subs {
+		subs[i] += ".again" // new messages (the source deduplicates by Nats-Msg-Id)
+	}
+	f.publish(t, subs)
+	plain := pinned
+	plain.Durable, plain.PriorityGroups, plain.PriorityPolicy, plain.PinnedTTL = name+"-plain", nil, jetstream.PriorityPolicyNone, 0
+	if err := oc.stream.DeleteConsumer(context.Background(), name); err != nil { // a work queue allows one consumer per subject
+		t.Fatal(err)
+	}
+	if _, b := run(t, plain); b == 0 {
+		t.Error("control: without pinning B got nothing either; the check cannot fail")
 	}
 }
