@@ -361,6 +361,8 @@ func typeName(t string) string {
 		return "a duration such as 250ms or 2m"
 	case t == "config.secretList":
 		return "a string or a list of strings"
+	case t == "config.OrderingKey":
+		return "subject or {tokens: [i, j, ...]}"
 	}
 	return "a mapping"
 }

@@ -203,6 +203,9 @@ type Route struct {
 	// created when absent). A reload pauses or resumes a route live
 	// (docs/configuration.md#what-a-reload-applies).
 	Paused bool `yaml:"paused"`
+	// Ordering delivers the messages of one key in order
+	// (docs/configuration.md#routes); nil: unordered (concurrent).
+	Ordering *Ordering `yaml:"ordering"`
 }
 
 // Duration is a time.Duration written as a Go duration string ("250ms").

@@ -390,6 +390,7 @@ func (v *validator) routes(c *Config) {
 		if r.Idempotency && c.Idempotency.Bucket == "" {
 			v.addf(p+".idempotency", "needs idempotency.bucket, which is empty")
 		}
+		v.ordering(c, p, r)
 	}
 }
 

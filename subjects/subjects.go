@@ -5,7 +5,9 @@
 // events.critical.sensor.fall. Every function here is pure: a subject or
 // filter that passes validation is one the NATS server accepts, and Match,
 // Covers and Overlap agree with the server's wildcard semantics ("*" is one
-// token, ">" is one or more trailing tokens).
+// token, ">" is one or more trailing tokens). Partitioner computes the
+// subject transforms of an ordered route's partitioned copy and, for a
+// subject, the same partition the server's {{partition(...)}} gives it.
 package subjects
 
 import (

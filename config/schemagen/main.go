@@ -122,6 +122,19 @@ func mapType(t reflect.Type) *jsonschema.Schema {
 		}}
 	case reflect.TypeOf(config.Secret("")):
 		return &jsonschema.Schema{Type: "string"}
+	case reflect.TypeOf(config.OrderingKey{}):
+		props := jsonschema.NewProperties()
+		props.Set("tokens", &jsonschema.Schema{
+			Description: "1-based positions of the subject tokens that make the key, in key order",
+			Type:        "array",
+			Items:       &jsonschema.Schema{AnyOf: []*jsonschema.Schema{{Type: "integer"}, reference()}},
+			MinItems:    ptr(uint64(1)),
+		})
+		return &jsonschema.Schema{AnyOf: []*jsonschema.Schema{
+			{Type: "string", Enum: []any{"subject"}, Description: "the whole subject"},
+			{Type: "object", Properties: props, Required: []string{"tokens"}, AdditionalProperties: jsonschema.FalseSchema},
+			reference(),
+		}}
 	case reflect.TypeOf(config.Signing{}):
 		secret := &jsonschema.Schema{Type: "string"}
 		props := jsonschema.NewProperties()
@@ -153,6 +166,7 @@ var required = map[reflect.Type][]string{
 var enums = map[reflect.Type]map[string][]any{
 	reflect.TypeOf(config.Log{}):         {"level": {"debug", "info", "warn", "error"}, "format": {"json", "console"}},
 	reflect.TypeOf(config.Destination{}): {"format": {config.FormatEnvelope, config.FormatRaw, config.FormatCloudEvents}},
+	reflect.TypeOf(config.Ordering{}):    {"on_dead_letter": {config.OnDeadLetterContinue, config.OnDeadLetterBlock}},
 }
 
 // post walks the schema s of Go type t: scalars that are not strings also

@@ -1,0 +1,279 @@
+package bridge
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// This file is the key table of an ordered route: the messages the
+// process holds, queued per key, and the keys whose head may be attempted
+// now (docs/configuration.md#routes). It is not wired into routes yet.
+//
+// Invariants, all under keyTable.mu:
+//
+//   - A key's messages are in copy-sequence order; msgs[0] is its head.
+//     Only a head is ever handed out, and at most one at a time per key
+//     (busy), so a message of a key is sent only after the previous one
+//     was settled.
+//   - A head whose attempt must be retried later stays the head, in the
+//     process, until its backoff passes (notBefore): it is never handed
+//     back to JetStream with a delay, which would let a later message of
+//     the key be delivered first (to this replica or another). Only its
+//     key waits: the others stay in the ready FIFO.
+//   - A key is in the ready FIFO at most once, and only when it is not
+//     busy, has a head and its backoff has passed.
+//   - held counts the messages in the table and never exceeds its
+//     capacity (B, orderedBuffer): the pull stops when the table is full,
+//     not when the workers are, so a key in backoff never stops other
+//     keys from being pulled.
+//
+// Every held message, the heads in backoff included, is kept alive with
+// progress acks by the route (heldMsgs gives them); handing a key back
+// (shutdown, a partition lost) returns its messages in copy order.
+
+// heldMsg is one message of an ordered route held in the process.
+type heldMsg struct {
+	msg       jetstream.Msg // the copy's message; acks go to it
+	key       string
+	partition int
+	copySeq   uint64
+	// attempts is the number of attempts made or started so far.
+	attempts int
+}
+
+// keyQueue is one key's messages in the process.
+type keyQueue struct {
+	key       string
+	msgs      []*heldMsg // copy-sequence order; msgs[0] is the head
+	busy      bool       // a worker has the head
+	queued    bool       // in the ready FIFO
+	notBefore time.Time  // the head's backoff
+	timer     *time.Timer
+}
+
+// keyTable is an ordered route's key table. The zero value is not usable:
+// see newKeyTable.
+type keyTable struct {
+	mu     sync.Mutex
+	keys   map[string]*keyQueue
+	ready  []*keyQueue // FIFO of keys whose head may start now
+	held   int
+	cap    int
+	wake   chan struct{} // signalled (non-blocking) when ready grows
+	closed bool
+}
+
+// newKeyTable returns a table holding at most capacity messages.
+func newKeyTable(capacity int) *keyTable {
+	return &keyTable{keys: map[string]*keyQueue{}, cap: capacity, wake: make(chan struct{}, 1)}
+}
+
+// room is how many more messages the table accepts.
+func (t *keyTable) room() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.cap - t.held
+}
+
+// add puts m in its key's queue at its copy-sequence place (never before
+// a head that is being attempted). It returns false, and keeps the table
+// as it is, when the table is full or closed, or when it already holds
+// that message (a redelivery of it: the caller drops the new handle; an
+// ack through the held one settles the same stream sequence).
+func (t *keyTable) add(m *heldMsg) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	q := t.keys[m.key]
+	if q != nil {
+		i, found := slices.BinarySearchFunc(q.msgs, m.copySeq, func(h *heldMsg, seq uint64) int {
+			return cmpSeq(h.copySeq, seq)
+		})
+		if found {
+			return false
+		}
+		if t.held >= t.cap {
+			return false
+		}
+		if i == 0 && q.busy {
+			i = 1 // the head being attempted stays the head
+		}
+		if i == 0 {
+			q.notBefore = time.Time{} // an earlier message becomes the head: the backoff was the old head's
+			t.stopTimer(q)
+		}
+		q.msgs = slices.Insert(q.msgs, i, m)
+		t.held++
+		t.makeReady(q)
+		return true
+	}
+	if t.held >= t.cap {
+		return false
+	}
+	q = &keyQueue{key: m.key, msgs: []*heldMsg{m}}
+	t.keys[m.key] = q
+	t.held++
+	t.makeReady(q)
+	return true
+}
+
+func cmpSeq(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// makeReady puts q in the ready FIFO if its head may start now.
+func (t *keyTable) makeReady(q *keyQueue) {
+	if q.busy || q.queued || len(q.msgs) == 0 || time.Now().Before(q.notBefore) {
+		return
+	}
+	q.queued = true
+	t.ready = append(t.ready, q)
+	select {
+	case t.wake <- struct{}{}:
+	default:
+	}
+}
+
+// next waits for a key whose head may start, marks the key busy and
+// returns its head; the caller must settle it with done, hold or
+// handBack. It returns ctx's error when ctx ends first.
+func (t *keyTable) next(ctx context.Context) (*heldMsg, error) {
+	for {
+		t.mu.Lock()
+		if len(t.ready) > 0 {
+			q := t.ready[0]
+			t.ready[0] = nil
+			t.ready = t.ready[1:]
+			q.queued = false
+			q.busy = true
+			h := q.msgs[0]
+			h.attempts++
+			more := len(t.ready) > 0
+			t.mu.Unlock()
+			if more { // pass the wake-up on to another worker
+				select {
+				case t.wake <- struct{}{}:
+				default:
+				}
+			}
+			return h, nil
+		}
+		t.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-t.wake:
+		}
+	}
+}
+
+// done settles head h for good (delivered, or dead-lettered with
+// on_dead_letter continue): the key's next message becomes its head and
+// the key goes to the back of the ready FIFO.
+func (t *keyTable) done(h *heldMsg) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	q := t.keys[h.key]
+	if q == nil || len(q.msgs) == 0 || q.msgs[0] != h {
+		return
+	}
+	q.msgs[0] = nil
+	q.msgs = q.msgs[1:]
+	q.busy = false
+	q.notBefore = time.Time{}
+	t.held--
+	if len(q.msgs) == 0 {
+		delete(t.keys, h.key)
+		return
+	}
+	t.makeReady(q)
+}
+
+// hold keeps head h as its key's head for d (a redelivery backoff): the
+// key, and only it, waits; then it is ready again with the same head.
+func (t *keyTable) hold(h *heldMsg, d time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	q := t.keys[h.key]
+	if q == nil || len(q.msgs) == 0 || q.msgs[0] != h || t.closed {
+		return
+	}
+	q.busy = false
+	q.notBefore = time.Now().Add(d)
+	t.stopTimer(q)
+	q.timer = time.AfterFunc(d, func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if t.keys[q.key] == q && !t.closed {
+			t.makeReady(q)
+		}
+	})
+}
+
+func (t *keyTable) stopTimer(q *keyQueue) {
+	if q.timer != nil {
+		q.timer.Stop()
+		q.timer = nil
+	}
+}
+
+// handBack removes key's messages from the table and returns them in copy
+// order (the caller hands them back to JetStream in that order). A head
+// that is being attempted is left in place, and returned neither.
+func (t *keyTable) handBack(key string) []*heldMsg {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	q := t.keys[key]
+	if q == nil {
+		return nil
+	}
+	var out []*heldMsg
+	if q.busy {
+		out = slices.Clone(q.msgs[1:])
+		q.msgs = q.msgs[:1]
+	} else {
+		out = q.msgs
+		t.stopTimer(q)
+		delete(t.keys, key)
+		if q.queued {
+			t.ready = slices.DeleteFunc(t.ready, func(r *keyQueue) bool { return r == q })
+			q.queued = false
+		}
+	}
+	t.held -= len(out)
+	return out
+}
+
+// heldMsgs returns every message the table holds, for progress acks.
+func (t *keyTable) heldMsgs() []*heldMsg {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]*heldMsg, 0, t.held)
+	for _, q := range t.keys {
+		out = append(out, q.msgs...)
+	}
+	return out
+}
+
+// close stops the backoff timers; the table accepts nothing more and no
+// key becomes ready again.
+func (t *keyTable) close() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.closed = true
+	for _, q := range t.keys {
+		t.stopTimer(q)
+	}
+}
