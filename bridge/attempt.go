@@ -144,6 +144,11 @@ type attemptState struct {
 	// The first tries' responses live here (newResponse makes the rest).
 	resp  [2]response
 	nresp int
+	// headersIn is every try's per-try timeout, drain every response's
+	// drain timeout (cancelTimer): two timers per attemptState, not one
+	// per try and per response. Each is disarmed whenever no try or drain
+	// of this attempt runs.
+	headersIn, drain cancelTimer
 }
 
 func (a *attemptState) finish() {
@@ -169,7 +174,7 @@ func (a *attemptState) try() (*response, error) {
 		return nil, a.ctx.Err()
 	}
 	a.tries++
-	r, err := d.send(a.ctx, a.pipe, a.p, a.slot())
+	r, err := d.send(a.ctx, a.pipe, a.p, a.slot(), &a.headersIn, &a.drain)
 	if r != nil {
 		a.open = append(a.open, r)
 	}
@@ -208,16 +213,20 @@ func (d *destination) classify(res *response, err error) error {
 // (tryContext): once the try has a status, neither the timeout nor a slow
 // or large body can make the try a failure. The timeout firing as the
 // headers come in still wins, as it would a moment earlier.
-func (d *destination) send(ctx context.Context, pipe *pipeline, p *payload, into *response) (res *response, err error) {
-	ctx, headersIn, release := tryContext(ctx, pipe.tryTimeout)
+//
+// headersIn is the per-try timeout's timer and drain the one the response
+// will drain its body with (the attempt's own, see attemptState).
+func (d *destination) send(ctx context.Context, pipe *pipeline, p *payload, into *response, headersIn, drain *cancelTimer) (res *response, err error) {
+	ctx, release := tryContext(ctx, pipe.tryTimeout, headersIn)
 	if d.trace != nil {
 		var span trace.Span
 		if ctx, span = d.trace.startTry(ctx); span != nil {
 			defer func() { d.trace.endTry(span, res, err) }()
 		}
 	}
-	req, err := p.request(ctx, d, time.Now())
+	req, err := p.request(ctx, d, pipe, time.Now())
 	if err != nil {
+		headersIn.stop()
 		release()
 		return nil, &TransportError{Destination: d.name, Kind: kindRequestUnbuildable}
 	}
@@ -230,7 +239,7 @@ func (d *destination) send(ctx context.Context, pipe *pipeline, p *payload, into
 	}
 	resp, err := pipe.transport.RoundTrip(req)
 	took := time.Since(start)
-	inTime := headersIn.Stop()
+	inTime := headersIn.stop()
 	if !inTime {
 		if err == nil {
 			_ = resp.Body.Close()
@@ -243,7 +252,7 @@ func (d *destination) send(ctx context.Context, pipe *pipeline, p *payload, into
 		return nil, transportError(d.name, err)
 	}
 	d.m.observeTry(d.name, resp.StatusCode, took)
-	return newResponse(into, resp, release, time.Now()), nil
+	return newResponse(into, resp, release, drain, time.Now()), nil
 }
 
 // errTryTimeout is the cause of a try the per-try timeout ended.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/failsafe-go/failsafe-go"
@@ -13,6 +14,7 @@ import (
 	"github.com/failsafe-go/failsafe-go/retrypolicy"
 
 	"github.com/sotercare/jetbridge/config"
+	"github.com/sotercare/jetbridge/webhook"
 )
 
 // pipeline is a destination's failsafe-go executor and the named policies
@@ -46,6 +48,10 @@ type pipeline struct {
 	// transport sends the tries: the destination's connection pool
 	// (transport.go).
 	transport http.RoundTripper
+	// signers keeps the *signer values of a signed destination's tries
+	// (request.go), each used by one try at a time, for one call; nil
+	// when the destination does not sign.
+	signers *sync.Pool
 }
 
 // newPipeline builds the pipeline of cfg for d, sending through
@@ -56,6 +62,9 @@ func newPipeline(cfg *config.Destination, d *destination, transport http.RoundTr
 		tryTimeout: cfg.Timeout.D(),
 		rate:       newRateWait(cfg.RateLimit, d),
 		transport:  transport,
+	}
+	if keys := d.secrets; len(keys) > 0 {
+		p.signers = &sync.Pool{New: func() any { return &signer{Signer: webhook.NewSigner(keys)} }}
 	}
 	if sr := cfg.StatusRetry; sr != nil && sr.Count > 0 {
 		p.statusRetry = d.statusRetry(sr).HandleIf(listedStatus(sr.Codes)).Build()

@@ -216,7 +216,8 @@ func appendJSONString(b []byte, s string) []byte {
 // headers. GetBody stays nil on purpose: net/http then never re-sends the
 // POST by itself on a broken reused connection (it would, because of
 // Idempotency-Key), so every HTTP request is one the bridge counted.
-func (p *payload) request(ctx context.Context, d *destination, now time.Time) (*http.Request, error) {
+// A signed destination's tries sign with a Signer of pipe's (signers).
+func (p *payload) request(ctx context.Context, d *destination, pipe *pipeline, now time.Time) (*http.Request, error) {
 	req := d.reqTemplate.WithContext(ctx) // a shallow copy; the URL is shared and never written
 	// A *bytes.Reader, so that net/http sends headers and body in one
 	// write (see payload).
@@ -227,13 +228,59 @@ func (p *payload) request(ctx context.Context, d *destination, now time.Time) (*
 	}
 	req.Header = p.headers
 	if len(d.secrets) > 0 {
-		req.Header = p.headers.Clone()
-		ts := strconv.FormatInt(now.Unix(), 10)
-		req.Header.Set(webhook.HeaderID, p.id)
-		req.Header.Set(webhook.HeaderTimestamp, ts)
-		req.Header.Set(webhook.HeaderSignature, webhook.Sign(d.secrets, p.id, ts, p.body))
+		req.Header = p.signedHeaders(d, pipe, now)
 	}
 	return req, nil
+}
+
+// The signature headers, canonical (as Header.Set would write them).
+var (
+	keyWebhookID        = http.CanonicalHeaderKey(webhook.HeaderID)
+	keyWebhookTimestamp = http.CanonicalHeaderKey(webhook.HeaderTimestamp)
+	keyWebhookSignature = http.CanonicalHeaderKey(webhook.HeaderSignature)
+)
+
+// signedHeaders is the headers of one signed try: the payload's and the
+// three signature headers, with a fresh timestamp, in a map of the try's
+// own (a try's request may still be written after the try returns, so a
+// later try never writes into an earlier one's headers). The signature is
+// made with a Signer taken from pipe for this call only.
+func (p *payload) signedHeaders(d *destination, pipe *pipeline, now time.Time) http.Header {
+	h := make(http.Header, len(p.headers)+3)
+	maps.Copy(h, p.headers)
+	ts := strconv.FormatInt(now.Unix(), 10)
+	s := pipe.signer(d)
+	s.buf = s.AppendSign(s.buf[:0], p.id, ts, p.body)
+	vals := [...]string{p.id, ts, string(s.buf)}
+	pipe.putSigner(s)
+	v := vals[:] // one backing array for the three values (escapes with h)
+	h[keyWebhookID] = v[0:1:1]
+	h[keyWebhookTimestamp] = v[1:2:2]
+	h[keyWebhookSignature] = v[2:3:3]
+	return h
+}
+
+// signer is a webhook.Signer with a buffer for its output, one goroutine
+// at a time (pipeline.signers).
+type signer struct {
+	*webhook.Signer
+	buf []byte
+}
+
+// signer takes a signer of d's keys from p's pool (a new one when p has
+// none: a pipeline not built by newPipeline).
+func (p *pipeline) signer(d *destination) *signer {
+	if p.signers == nil {
+		return &signer{Signer: webhook.NewSigner(d.secrets)}
+	}
+	return p.signers.Get().(*signer)
+}
+
+// putSigner gives s back once its output has been copied.
+func (p *pipeline) putSigner(s *signer) {
+	if p.signers != nil {
+		p.signers.Put(s)
+	}
 }
 
 // reader is a new reader of the body, for one try (see payload.first).

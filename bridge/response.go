@@ -21,12 +21,15 @@ type response struct {
 	body       io.ReadCloser
 	length     int64              // Content-Length; -1 when unknown
 	cancel     context.CancelFunc // ends the try's request context (tryContext)
+	// drain bounds finish's drain: its attempt's timer (nil: one of its own).
+	drain *cancelTimer
 }
 
 // newResponse keeps what the attempt needs of resp: the status, the
 // Retry-After (read against resp's Date) and the open body with the
-// release of its request context, in r (nil: a new one).
-func newResponse(r *response, resp *http.Response, release context.CancelFunc, now time.Time) *response {
+// release of its request context, in r (nil: a new one); drain is the
+// timer that bounds its drain (nil: a timer of its own).
+func newResponse(r *response, resp *http.Response, release context.CancelFunc, drain *cancelTimer, now time.Time) *response {
 	if r == nil {
 		r = new(response)
 	}
@@ -36,6 +39,7 @@ func newResponse(r *response, resp *http.Response, release context.CancelFunc, n
 		body:       resp.Body,
 		length:     resp.ContentLength,
 		cancel:     release,
+		drain:      drain,
 	}
 	return r
 }
@@ -44,16 +48,71 @@ func newResponse(r *response, resp *http.Response, release context.CancelFunc, n
 // (ctx), ended by the per-try timeout until headersIn is stopped. Once the
 // headers are in, neither the timeout nor the try's return ends it: only
 // release does (response.finish), after the body has been drained, so
-// that the connection can be reused. headersIn.Stop reports false when the
+// that the connection can be reused. headersIn.stop reports false when the
 // timeout fired first (the request context has then ended).
 //
 // The per-try timeout is this context's, not a failsafe-go timeout
 // policy's: that policy cancels its context as the try returns, and
 // would need failsafe-go's internal DeferCancel to keep the body
-// readable. headersIn is the timer itself (no method value per try).
-func tryContext(ctx context.Context, timeout time.Duration) (reqCtx context.Context, headersIn *time.Timer, release context.CancelFunc) {
+// readable. headersIn is the attempt's timer, re-armed for each try
+// (cancelTimer): no timer per try.
+func tryContext(ctx context.Context, timeout time.Duration, headersIn *cancelTimer) (reqCtx context.Context, release context.CancelFunc) {
 	reqCtx, release = context.WithCancel(ctx)
-	return reqCtx, time.AfterFunc(timeout, release), release
+	headersIn.arm(timeout, release)
+	return reqCtx, release
+}
+
+// cancelTimer calls one cancel function after a delay, re-armed for each
+// try (and each drain) of an attempt instead of a timer made per try. Its
+// lifetime is its attemptState's: only the attempt's goroutine arms and
+// stops it, and every arm is ended by stop before the next. What it
+// cancels is written only while it is disarmed (armed: before Reset, which
+// the timer's run happens after); a timer whose stop came too late (it
+// fired: its function may still be running, reading what it cancels) is
+// never armed again: the next arm makes a new one.
+type cancelTimer struct {
+	cur   *armedCancel
+	armed bool
+}
+
+// armedCancel is what one timer cancels; the timer's function reads it.
+type armedCancel struct {
+	t      *time.Timer
+	cancel context.CancelFunc
+}
+
+func (c *armedCancel) fire() { c.cancel() }
+
+// arm makes the timer call cancel after d, ending an arm not yet stopped.
+func (ct *cancelTimer) arm(d time.Duration, cancel context.CancelFunc) {
+	if ct.armed {
+		ct.stop()
+	}
+	ct.armed = true
+	if ct.cur == nil {
+		c := &armedCancel{cancel: cancel}
+		c.t = time.AfterFunc(d, c.fire)
+		ct.cur = c
+		return
+	}
+	ct.cur.cancel = cancel
+	ct.cur.t.Reset(d)
+}
+
+// stop disarms the timer and reports whether it stopped it before it
+// fired; a timer that fired is dropped (see cancelTimer). Stopping a timer
+// that is not armed reports true.
+func (ct *cancelTimer) stop() bool {
+	if !ct.armed {
+		return true
+	}
+	ct.armed = false
+	if ct.cur.t.Stop() {
+		ct.cur.cancel = nil // keeps no try's context
+		return true
+	}
+	ct.cur = nil
+	return false
 }
 
 // finish drains the body, when it is not known to be longer than
@@ -66,9 +125,13 @@ func (r *response) finish() {
 		return
 	}
 	if r.length != 0 && r.length <= maxResponseDrain {
-		t := time.AfterFunc(drainTimeout, r.cancel)
+		drain := r.drain
+		if drain == nil {
+			drain = new(cancelTimer)
+		}
+		drain.arm(drainTimeout, r.cancel)
 		_, _ = io.Copy(io.Discard, io.LimitReader(r.body, maxResponseDrain))
-		t.Stop()
+		drain.stop()
 	}
 	_ = r.body.Close()
 	r.cancel()

@@ -209,8 +209,9 @@ func TestKeptContextEndsOnceReleased(t *testing.T) {
 		return nil
 	}
 	if err := check(func(failsafe.Execution[*response]) (context.Context, func() bool, context.CancelFunc) {
-		ctx, deadline, release := tryContext(context.Background(), time.Minute)
-		return ctx, deadline.Stop, release
+		deadline := new(cancelTimer) // a timer of its own per try, as each attempt has
+		ctx, release := tryContext(context.Background(), time.Minute, deadline)
+		return ctx, deadline.stop, release
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -220,10 +221,11 @@ func TestKeptContextEndsOnceReleased(t *testing.T) {
 		})
 	})
 
-	ctx, headersIn, release := tryContext(context.Background(), time.Millisecond)
+	var headersIn cancelTimer
+	ctx, release := tryContext(context.Background(), time.Millisecond, &headersIn)
 	defer release()
 	<-ctx.Done()
-	if headersIn.Stop() {
+	if headersIn.stop() {
 		t.Fatal("headers in after the per-try timeout fired")
 	}
 }

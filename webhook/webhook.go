@@ -11,6 +11,9 @@
 // the tolerance of now; otherwise it returns one of the Err* values, for
 // errors.Is, and never says which key or signature came closest.
 //
+// A Signer appends exactly what Sign returns, for one goroutine at a time,
+// reusing its HMAC states and buffers from one message to the next.
+//
 // It depends on the standard library only, so a receiver service can use
 // it without the bridge.
 package webhook
@@ -20,6 +23,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
+	"hash"
 	"net/http"
 	"strconv"
 	"strings"
@@ -53,6 +57,45 @@ func Sign(keys [][]byte, id, ts string, body []byte) string {
 		sigs = append(sigs, "v1,"+base64.StdEncoding.EncodeToString(mac(key, id, ts, body)))
 	}
 	return strings.Join(sigs, " ")
+}
+
+// Signer signs messages with fixed keys without allocating per message
+// once warm: one HMAC-SHA256 state per key, reset (to its keyed state)
+// for each message, and a scratch buffer for the signed prefix. A Signer
+// is not safe for concurrent use: each goroutine needs its own (or takes
+// one from a pool for the length of one AppendSign call).
+type Signer struct {
+	macs   []hash.Hash
+	prefix []byte // id.ts.
+	sum    []byte
+}
+
+// NewSigner returns a Signer for keys (one signature per key, in order).
+// The keys are not copied: the caller never changes them.
+func NewSigner(keys [][]byte) *Signer {
+	s := &Signer{macs: make([]hash.Hash, len(keys)), sum: make([]byte, 0, sha256.Size)}
+	for i, k := range keys {
+		s.macs[i] = hmac.New(sha256.New, k)
+	}
+	return s
+}
+
+// AppendSign appends Sign(keys, id, ts, body) to dst: the
+// webhook-signature header value, byte for byte.
+func (s *Signer) AppendSign(dst []byte, id, ts string, body []byte) []byte {
+	s.prefix = append(append(append(append(s.prefix[:0], id...), '.'), ts...), '.')
+	for i, m := range s.macs {
+		if i > 0 {
+			dst = append(dst, ' ')
+		}
+		m.Reset()
+		m.Write(s.prefix)
+		m.Write(body)
+		s.sum = m.Sum(s.sum[:0])
+		dst = append(dst, "v1,"...)
+		dst = base64.StdEncoding.AppendEncode(dst, s.sum)
+	}
+	return dst
 }
 
 // Verify checks the signature headers of a request with body: a v1
