@@ -8,7 +8,7 @@ package main
 // the timer starts), so that a profile of it splits by the library's own
 // frames:
 //
-//	go test -run '^$' -bench 'NATSFetch|HTTPRoundTrip' -benchtime 20000x -memprofile mem.out -memprofilerate 1 ./test/bench
+//	go test -run '^$' -bench 'NATSFetch|HTTPRoundTrip|FailsafeGet' -benchtime 20000x -memprofile mem.out -memprofilerate 1 ./test/bench
 //	go tool pprof -sample_index=alloc_objects -top -cum mem.out
 //
 // The embedded JetStream server and the HTTP server run in the same
@@ -28,6 +28,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/failsafe-go/failsafe-go"
+	"github.com/failsafe-go/failsafe-go/circuitbreaker"
+	"github.com/failsafe-go/failsafe-go/retrypolicy"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -140,4 +143,38 @@ func BenchmarkHTTPRoundTrip(b *testing.B) {
 			_ = resp.Body.Close()
 		}
 	})
+}
+
+// BenchmarkFailsafeGet runs b.N successful executions through failsafe-go
+// policies shaped like the bridge's default pipeline (bridge/pipeline.go):
+// a transport retry (a condition, aborts on an open breaker, a backoff)
+// around a circuit breaker (a failure rate over a window), on an executor
+// made once with its context (as the bridge's pooled attempts reuse
+// theirs), the function returning at once: what failsafe-go allocates for
+// one attempt, without the bridge's gate and with nothing else in the
+// process.
+func BenchmarkFailsafeGet(b *testing.B) {
+	type result struct{ status int }
+	retry := retrypolicy.NewBuilder[*result]().
+		HandleIf(func(_ *result, err error) bool { return err != nil }).
+		AbortOnErrors(circuitbreaker.ErrOpen, context.Canceled).
+		WithMaxRetries(2).
+		WithBackoffFactor(100*time.Millisecond, time.Second, 2).
+		ReturnLastFailure().
+		Build()
+	breaker := circuitbreaker.NewBuilder[*result]().
+		HandleIf(func(r *result, err error) bool { return err != nil || r.status >= 500 }).
+		WithFailureRateThreshold(0.5, 20, time.Minute).
+		WithDelay(30 * time.Second).
+		Build()
+	exec := failsafe.With[*result](retry, breaker).WithContext(context.Background())
+	ok := &result{status: 200}
+	try := func() (*result, error) { return ok, nil }
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if _, err := exec.Get(try); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
