@@ -70,8 +70,8 @@ type Signer struct {
 	sum    []byte
 }
 
-// NewSigner returns a Signer for keys (one signature per key, in order).
-// The keys are not copied: the caller never changes them.
+// NewSigner returns a Signer for keys (one signature per key, in order);
+// it keeps no reference to keys.
 func NewSigner(keys [][]byte) *Signer {
 	s := &Signer{macs: make([]hash.Hash, len(keys)), sum: make([]byte, 0, sha256.Size)}
 	for i, k := range keys {
