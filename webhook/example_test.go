@@ -34,3 +34,20 @@ func ExampleVerify() {
 	// webhook: no signature matches
 	// true
 }
+
+// A sender that signs many messages with the same keys keeps a Signer per
+// goroutine: it appends exactly what Sign returns, reusing its HMAC states
+// and buffers from one message to the next.
+func ExampleSigner() {
+	keys := [][]byte{[]byte("old-secret"), []byte("new-secret")}
+	s := webhook.NewSigner(keys)
+	var buf []byte
+	for _, id := range []string{"fall-42", "fall-43"} {
+		body := []byte(`{"event":"` + id + `"}`)
+		buf = s.AppendSign(buf[:0], id, "1700000000", body)
+		fmt.Println(string(buf) == webhook.Sign(keys, id, "1700000000", body))
+	}
+	// Output:
+	// true
+	// true
+}
