@@ -34,6 +34,9 @@ type routeStatus struct {
 	CheckedAt *time.Time `json:"checked_at,omitempty"`
 	InfoAge   string     `json:"info_age,omitempty"`
 	Error     string     `json:"error,omitempty"`
+	// Ordering is an ordered route's partitions and keys in this replica
+	// (ordered_route.go); the consumer fields are then empty.
+	Ordering *OrderingStatus `json:"ordering,omitempty"`
 }
 
 // destinationStatus is one destination as /status shows it: its breaker
@@ -88,6 +91,8 @@ func (b *Bridge) routeStatuses(ctx context.Context) []routeStatus {
 			Delivering: !b.opts.NoDelivery && !r.cfg.Paused}
 		info, at, lastErr := b.health.lastLookup(r)
 		switch {
+		case r.ord != nil:
+			st.Ordering = r.ord.status()
 		case r.consumer() == nil:
 			st.Error = "consumer not bound yet"
 		case r.bound.missing.Load():
