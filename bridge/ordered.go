@@ -78,7 +78,8 @@ type keyQueue struct {
 	timer     *time.Timer
 	// blocked: a dead letter stopped the key (on_dead_letter: block); its
 	// messages stay held until a replay of that dead letter re-opens it.
-	blocked bool
+	blocked   bool
+	blockedBy uint64 // the dead letter's sequence on the dead-letter stream
 }
 
 // keyTable is an ordered route's key table. The zero value is not usable:
@@ -229,7 +230,7 @@ func (t *keyTable) done(h *heldMsg) {
 
 // block settles head h (dead-lettered) and stops its key: the key's
 // later messages stay held, none is handed out, until reopen.
-func (t *keyTable) block(h *heldMsg) {
+func (t *keyTable) block(h *heldMsg, dlq uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	q := t.keys[h.key]
@@ -240,7 +241,7 @@ func (t *keyTable) block(h *heldMsg) {
 	q.msgs = q.msgs[1:]
 	q.busy = false
 	q.notBefore = time.Time{}
-	q.blocked = true
+	q.blocked, q.blockedBy = true, dlq
 	t.held--
 }
 
@@ -257,19 +258,16 @@ func (t *keyTable) blockedKeys() map[string]int {
 	return out
 }
 
-// reopen puts m, the replay of the dead letter that blocked its key,
-// before the key's held messages and lets the key go on. It returns false
+// reopen puts m before the key's held messages and lets the key go on
+// when m is the replay of the dead letter that blocked its key
+// (m.replayOf). It returns false, and changes nothing, otherwise, or
 // when the table is full or closed.
 func (t *keyTable) reopen(m *heldMsg) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.closed || t.held >= t.cap {
-		return false
-	}
 	q := t.keys[m.key]
-	if q == nil {
-		q = &keyQueue{key: m.key}
-		t.keys[m.key] = q
+	if t.closed || t.held >= t.cap || q == nil || !q.blocked || q.blockedBy != m.replayOf {
+		return false
 	}
 	m.first = true
 	q.msgs = slices.Insert(q.msgs, 0, m)
@@ -277,14 +275,6 @@ func (t *keyTable) reopen(m *heldMsg) bool {
 	t.held++
 	t.makeReady(q)
 	return true
-}
-
-// isBlocked reports whether key is blocked.
-func (t *keyTable) isBlocked(key string) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	q := t.keys[key]
-	return q != nil && q.blocked
 }
 
 // keysOf returns the keys holding messages of partition p.

@@ -402,11 +402,9 @@ func (o *orderedRoute) receive(ctx context.Context, p *partition, m jetstream.Ms
 // add puts h in the key table, or drops this handle of a message held
 // already (a redelivery of it).
 func (o *orderedRoute) add(h *heldMsg) {
-	if h.replayOf != 0 && o.tab.isBlocked(h.key) {
-		if o.tab.reopen(h) {
-			o.r.log.Info().Uint64("dlq_seq", h.replayOf).Msg("replayed dead letter re-opens its blocked key")
-			return
-		}
+	if h.replayOf != 0 && o.tab.reopen(h) {
+		o.r.log.Info().Uint64("dlq_seq", h.replayOf).Msg("replayed dead letter re-opens its blocked key")
+		return
 	}
 	if !o.tab.add(h) {
 		o.release(1)
@@ -596,7 +594,7 @@ func (o *orderedRoute) after(h *heldMsg, d *delivery, attempted bool) {
 		o.release(1)
 	case d.action == actDeadLetter && o.block:
 		h.settleOff()
-		o.tab.block(h)
+		o.tab.block(h, d.dlq)
 		o.release(1)
 		o.r.log.Warn().Str("key_partition", strconv.Itoa(h.partition)).Uint64("dlq_seq", d.dlq).Msg("key blocked by its dead letter (on_dead_letter: block) until the dead letter is replayed")
 	case d.action == actDeadLetter:

@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"context"
 	"fmt"
 	"hash/fnv"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sotercare/jetbridge/deadletter"
 	"github.com/sotercare/jetbridge/internal/natstest"
 	"github.com/sotercare/jetbridge/internal/sinktest"
 )
@@ -166,5 +168,172 @@ func TestOrderedDeliveryUnderFailures(t *testing.T) {
 			return fmt.Errorf("%d inversions", inv)
 		}
 		return nil
+	})
+}
+
+// A redelivery with a 2 s backoff on key A holds A's later event and not
+// key B's: B's events arrive during A's hold, A's second only after A's
+// first succeeded. The control hands A's first back with NakWithDelay
+// (no delay is held in the process): A's second then overtakes it.
+func TestOrderedBackoffHoldsOnlyItsKey(t *testing.T) {
+	run := func(t testing.TB, tweak func(*Bridge)) error {
+		srv := natstest.Start(t)
+		s := newOrderSink(t, func(id string, attempt int) int {
+			if id == "kA-0" && attempt == 1 {
+				return 503
+			}
+			return 0
+		})
+		cfg := testConfig(t, "%s", strings.Replace(orderedYAML(s.sink.URL(), true, ", max_in_flight: 4"), "backoff: [50ms]", "backoff: [2s]", 1))
+		h := startHarness(t, srv, cfg, faults{}, tweak)
+		for _, id := range []string{"kA-0", "kA-1", "kB-0", "kB-1", "kB-2"} {
+			k, _ := splitID(id)
+			h.publish("events.info.ord."+k, id, []byte(`{}`), map[string]string{"Event-Id": id})
+		}
+		failed := time.Now()
+		if !waitUntil(20*time.Second, func() bool { return s.delivered() == 5 }) {
+			return fmt.Errorf("%d of 5 events delivered", s.delivered())
+		}
+		a0, a1 := s.at("kA-0"), s.at("kA-1")
+		if !a1.After(a0) {
+			return fmt.Errorf("kA-1 delivered %v before kA-0", a0.Sub(a1))
+		}
+		if d := a0.Sub(failed); d < 1900*time.Millisecond {
+			return fmt.Errorf("kA-0 succeeded %v after the publish, before its 2s backoff", d)
+		}
+		for _, id := range []string{"kB-0", "kB-1", "kB-2"} {
+			if !s.at(id).Before(a0) {
+				return fmt.Errorf("%s waited for key A's backoff", id)
+			}
+		}
+		return nil
+	}
+	if err := run(t, nil); err != nil {
+		t.Fatal(err)
+	}
+	expectBroken(t, "a redelivery handed back with NakWithDelay", func(t testing.TB) error {
+		return run(t, func(b *Bridge) { b.routes[0].ord.cfg.holdMax = 0 })
+	})
+}
+
+// on_dead_letter block: key A's dead letter (a 400) stops A: its later
+// events are held (the key shows blocked in /status) while B flows; the
+// replay of the dead letter re-opens A at its head, and A's events then
+// arrive in order. The control is the same route with on_dead_letter
+// continue: A's later events are delivered before the replay.
+func TestOrderedBlockUntilReplay(t *testing.T) {
+	run := func(t testing.TB, mode string) error {
+		srv := natstest.Start(t)
+		s := newOrderSink(t, func(id string, attempt int) int {
+			if id == "kA-1" && attempt == 1 {
+				return 400
+			}
+			return 0
+		})
+		y := strings.Replace(orderedYAML(s.sink.URL(), true, ", max_in_flight: 4"), "partitions: 8}", "partitions: 8, on_dead_letter: "+mode+"}", 1)
+		h := startHarness(t, srv, testConfig(t, "%s", y), faults{}, nil)
+		for i := range 4 {
+			for _, k := range []string{"kA", "kB"} {
+				id := k + "-" + strconv.Itoa(i)
+				h.publish("events.info.ord."+k, id, []byte(`{}`), map[string]string{"Event-Id": id})
+			}
+		}
+		if !waitUntil(20*time.Second, func() bool { return s.delivered() >= 5 }) {
+			return fmt.Errorf("%d events delivered, want kA-0 and key B's 4", s.delivered())
+		}
+		var dls []uint64
+		if !waitUntil(10*time.Second, func() bool {
+			dls = dls[:0]
+			for _, m := range h.deadLetters() {
+				dls = append(dls, m.Sequence)
+			}
+			return len(dls) == 1
+		}) {
+			return fmt.Errorf("%d dead letters, want 1", len(dls))
+		}
+		ord := h.b.routes[0].ord
+		var st *OrderingStatus
+		if !waitUntil(5*time.Second, func() bool {
+			st = ord.status()
+			return len(st.BlockedKeys) == 1 && st.BlockedKeys[0].Held == 2
+		}) {
+			return fmt.Errorf("status %+v, want key kA blocked holding 2; delivered %d", st, s.delivered())
+		}
+		if st.BlockedKeys[0].Key != "kA" || s.delivered() != 5 {
+			return fmt.Errorf("blocked %+v, %d delivered; want kA and 5", st.BlockedKeys, s.delivered())
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := deadletter.Open(h.js, h.cfg).Replay(ctx, dls[0], false); err != nil {
+			return fmt.Errorf("replay: %w", err)
+		}
+		if !waitUntil(20*time.Second, func() bool { return s.delivered() == 8 }) {
+			return fmt.Errorf("%d of 8 events delivered after the replay", s.delivered())
+		}
+		if inv := s.inversions(); inv != 0 {
+			return fmt.Errorf("%d inversions", inv)
+		}
+		if st := ord.status(); len(st.BlockedKeys) != 0 {
+			return fmt.Errorf("still blocked after the replay: %+v", st.BlockedKeys)
+		}
+		return nil
+	}
+	if err := run(t, "block"); err != nil {
+		t.Fatal(err)
+	}
+	expectBroken(t, "on_dead_letter continue", func(t testing.TB) error { return run(t, "continue") })
+}
+
+// Two replicas deliver an ordered route; the one owning the partitions
+// stops mid-run (gracefully: it hands back and unpins; or as if it
+// crashed: its NATS connection closes, while its HTTP attempts could go
+// on), and the other takes its partitions over: every key's events still
+// arrive in order and none is lost. The control is two replicas whose
+// partitions are not pinned (no pin, fence or lease): both deliver one
+// partition, and the same count finds inversions.
+func TestOrderedAcrossReplicas(t *testing.T) {
+	const keys, perKey = 100, 20
+	run := func(t testing.TB, tweak func(*Bridge), crash bool) error {
+		srv := natstest.Start(t)
+		s := newOrderSink(t, flaky)
+		cfg := testConfig(t, "%s", orderedYAML(s.sink.URL(), true, ", max_in_flight: 8"))
+		hs := replicas(t, srv, cfg, tweak, 2)
+		publishKeys(hs[0], keys, perKey)
+		if !waitUntil(time.Minute, func() bool { return s.delivered() >= keys*perKey/3 }) {
+			return fmt.Errorf("%d events delivered", s.delivered())
+		}
+		// The replica owning the most partitions stops: they move.
+		o0, o1 := len(hs[0].b.routes[0].ord.status().Owned), len(hs[1].b.routes[0].ord.status().Owned)
+		stop, owned := hs[0], o0
+		if o1 > o0 {
+			stop, owned = hs[1], o1
+		}
+		if owned == 0 {
+			return fmt.Errorf("neither replica owns a partition")
+		}
+		t.Logf("the replica stopped owned %d of 8 partitions, the other %d (crash: %v)", owned, o0+o1-owned, crash)
+		if crash {
+			stop.nc.Close()
+		} else {
+			stop.stop()
+		}
+		if !waitUntil(time.Minute, func() bool { return s.delivered() == keys*perKey }) {
+			return fmt.Errorf("%d of %d events delivered", s.delivered(), keys*perKey)
+		}
+		if inv := s.inversions(); inv != 0 {
+			return fmt.Errorf("%d inversions", inv)
+		}
+		return nil
+	}
+	if err := run(t, nil, false); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("crash", func(t *testing.T) {
+		if err := run(t, nil, true); err != nil {
+			t.Fatal(err)
+		}
+	})
+	expectBroken(t, "partitions not pinned: two replicas deliver one partition", func(t testing.TB) error {
+		return run(t, func(b *Bridge) { b.routes[0].ord.cfg.pinned = false }, false)
 	})
 }
