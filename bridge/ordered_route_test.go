@@ -2,7 +2,10 @@ package bridge
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"hash/fnv"
 	"strconv"
 	"strings"
@@ -206,6 +209,9 @@ func TestOrderedBackoffHoldsOnlyItsKey(t *testing.T) {
 				return fmt.Errorf("%s waited for key A's backoff", id)
 			}
 		}
+		if n, _ := counterValue(h.reg, "bridge_ordering_holds_total", map[string]string{"route": "r", "reason": "backoff"}); n != 1 {
+			return fmt.Errorf("bridge_ordering_holds_total{reason=backoff} = %v, want 1", n)
+		}
 		return nil
 	}
 	if err := run(t, nil); err != nil {
@@ -261,6 +267,12 @@ func TestOrderedBlockUntilReplay(t *testing.T) {
 		}
 		if st.BlockedKeys[0].Key != "kA" || s.delivered() != 5 {
 			return fmt.Errorf("blocked %+v, %d delivered; want kA and 5", st.BlockedKeys, s.delivered())
+		}
+		if got := statusOrdering(t, h); len(got.BlockedKeys) != 1 || got.BlockedKeys[0].Key != "kA" || got.Partitions != 8 {
+			return fmt.Errorf("/status ordering %+v, want key kA blocked of 8 partitions", got)
+		}
+		if !waitUntil(5*time.Second, func() bool { return strings.Contains(scrapeText(t, h), `bridge_ordering_blocked_keys{route="r"} 1`) }) {
+			return fmt.Errorf("bridge_ordering_blocked_keys is not 1")
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -336,4 +348,28 @@ func TestOrderedAcrossReplicas(t *testing.T) {
 	expectBroken(t, "partitions not pinned: two replicas deliver one partition", func(t testing.TB) error {
 		return run(t, func(b *Bridge) { b.routes[0].ord.cfg.pinned = false }, false)
 	})
+}
+
+// statusOrdering is route r's ordering in h's /status.
+func statusOrdering(t testing.TB, h *harness) OrderingStatus {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.b.AdminHandler(h.reg).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/status", nil))
+	var out struct {
+		Routes []struct {
+			Ordering *OrderingStatus `json:"ordering"`
+		} `json:"routes"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || len(out.Routes) != 1 || out.Routes[0].Ordering == nil {
+		t.Fatalf("/status: %v: %s", err, rec.Body.String())
+	}
+	return *out.Routes[0].Ordering
+}
+
+// scrapeText is h's /metrics.
+func scrapeText(t testing.TB, h *harness) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.b.AdminHandler(h.reg).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	return rec.Body.String()
 }
