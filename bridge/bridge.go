@@ -146,7 +146,7 @@ func (b *Bridge) startRoute(rs *runState, r *route) *routeRun {
 	r.acks.start(b.js.Conn())
 	if r.ord != nil {
 		close(run.watchdog) // the partitions' pulls watch themselves
-		r.ord.start(ctx, work, run.workersDone)
+		r.ord.start(ctx, work)
 	} else {
 		r.workers.start(ctx, work)
 		r.puller.start(ctx)

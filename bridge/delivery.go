@@ -556,6 +556,9 @@ func (r *route) progressLoop(stop <-chan struct{}) {
 			for i := range r.progressSlots {
 				r.keep(&r.progressSlots[i], now, every)
 			}
+			if r.ord != nil {
+				r.ord.keepHeld(now, every) // every message an ordered route holds
+			}
 		}
 	}
 }

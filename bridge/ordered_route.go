@@ -169,8 +169,9 @@ func (o *orderedRoute) provision(ctx context.Context) error {
 	return nil
 }
 
-// start starts the partitions' pulls, the workers and the progress acks.
-func (o *orderedRoute) start(stop, work context.Context, keeper <-chan struct{}) {
+// start starts the partitions' pulls and the workers; the route's
+// progress loop keeps the held messages (keepHeld).
+func (o *orderedRoute) start(stop, work context.Context) {
 	o.work = work
 	for _, p := range o.parts {
 		if !o.cfg.pinned {
@@ -181,7 +182,6 @@ func (o *orderedRoute) start(stop, work context.Context, keeper <-chan struct{})
 	for w := range o.r.cfg.MaxInFlight {
 		o.workers.Go(func() { o.worker(stop, w) })
 	}
-	go o.progressLoop(keeper)
 }
 
 // stopPulling waits for the pulls, which end with stop.
@@ -197,12 +197,22 @@ func (o *orderedRoute) finish() {
 	}
 	o.tab.close()
 	if !o.cfg.pinned || o.stream == nil {
+		for _, p := range o.parts {
+			p.mu.Lock()
+			if p.cut != nil {
+				p.cut.Stop()
+			}
+			p.mu.Unlock()
+		}
 		return
 	}
 	for _, p := range o.parts {
 		p.mu.Lock()
 		owned := p.owned
 		p.owned = false
+		if p.cut != nil {
+			p.cut.Stop()
+		}
 		p.mu.Unlock()
 		if !owned {
 			continue
@@ -608,27 +618,18 @@ func (o *orderedRoute) after(h *heldMsg, d *delivery, attempted bool) {
 	}
 }
 
-// progressLoop sends InProgress for every held message not kept for a
-// third of ack_wait, every sixth of it, until stop is closed.
-func (o *orderedRoute) progressLoop(stop <-chan struct{}) {
-	every := o.r.cfg.AckWait.D() / 3
-	t := time.NewTicker(every / 2)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case now := <-t.C:
-			o.m.gauges(o.status())
-			for _, h := range o.heldAll() {
-				h.mu.Lock()
-				if !h.gone && now.Sub(h.keep) >= every {
-					h.keep = now
-					_ = h.msg.InProgress()
-				}
-				h.mu.Unlock()
-			}
+// keepHeld sends InProgress for every held message not kept for every
+// (a third of ack_wait), and sets the route's gauges. The route's
+// progress loop calls it on each of its ticks.
+func (o *orderedRoute) keepHeld(now time.Time, every time.Duration) {
+	o.m.gauges(o.status())
+	for _, h := range o.heldAll() {
+		h.mu.Lock()
+		if !h.gone && now.Sub(h.keep) >= every {
+			h.keep = now
+			_ = h.msg.InProgress()
 		}
+		h.mu.Unlock()
 	}
 }
 
