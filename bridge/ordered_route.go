@@ -255,16 +255,33 @@ func (o *orderedRoute) release(n int) {
 	}
 }
 
-// pull is partition p's pull loop.
+// pull is partition p's pull loop. An owned partition's pin is renewed
+// at least every pull expiry, whatever happens: while the destination's
+// breaker is open, or while the route holds all it may, the loop sends
+// keep-alive pulls instead of waiting, so an owner never loses its
+// partitions (and its held messages their delivery budget) to an outage
+// or a full buffer.
 func (o *orderedRoute) pull(ctx context.Context, p *partition) {
 	pause := newRetryBackoff()
+	failures := 0 // pull failures in a row: the first is logged as a warning
+	half := o.cfg.expiry / 2
 	for ctx.Err() == nil {
-		if err := o.r.dest.waitUsable(ctx); err != nil {
-			return
-		}
 		p.mu.Lock()
 		owned, fenced := p.owned, p.fenced
 		p.mu.Unlock()
+		alive := owned && o.cfg.pinned
+		wctx, cancel := context.WithTimeout(ctx, half)
+		err := o.r.dest.waitUsable(wctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil { // the breaker is open
+			if alive {
+				o.keepAlive(ctx, p, half)
+			}
+			continue
+		}
 		if fenced {
 			o.checkFence(ctx, p)
 		}
@@ -272,22 +289,28 @@ func (o *orderedRoute) pull(ctx context.Context, p *partition) {
 		if fenced {
 			expiry = fenceEvery
 		}
-		n := o.acquire(ctx, o.cfg.batch, expiry)
+		n := o.acquire(ctx, o.cfg.batch, min(expiry, half))
 		if ctx.Err() != nil {
 			o.release(n)
 			return
 		}
 		if n == 0 {
-			if owned && o.cfg.pinned {
-				o.keepAlive(ctx, p)
+			if alive {
+				o.keepAlive(ctx, p, half)
 			}
 			continue
 		}
 		if err := o.fetch(ctx, p, n, expiry); err != nil && ctx.Err() == nil {
-			o.r.log.Warn().Int("partition", p.n).Str("error", err.Error()).Msg("pull failed")
-			sleep(ctx, pause.NextBackOff())
+			failures++
+			e := o.r.log.Debug()
+			if failures == 1 {
+				e = o.r.log.Warn()
+			}
+			e.Int("partition", p.n).Int("failures", failures).Str("error", err.Error()).Msg("pull failed")
+			sleep(ctx, min(pause.NextBackOff(), half))
 			continue
 		}
+		failures = 0
 		pause.Reset()
 	}
 }
@@ -318,11 +341,11 @@ func (o *orderedRoute) fetch(ctx context.Context, p *partition, n int, expiry ti
 	return o.answered(ctx, p, batch.Error(), sent)
 }
 
-// keepAlive keeps an owned partition's pin while the route holds all it
-// may: a pull of one byte, which delivers nothing (a pending message ends
-// it at once), paced by the pull expiry.
-func (o *orderedRoute) keepAlive(ctx context.Context, p *partition) {
-	fctx, cancel := context.WithTimeout(ctx, time.Second)
+// keepAlive keeps an owned partition's pin while it pulls nothing else:
+// a pull of one byte, which delivers nothing (a pending message ends it
+// at once, then it is paced by the wait before it), open at most wait.
+func (o *orderedRoute) keepAlive(ctx context.Context, p *partition, wait time.Duration) {
+	fctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	sent := time.Now()
 	batch, err := p.cons.FetchBytes(1, jetstream.FetchContext(fctx), jetstream.FetchPriorityGroup(orderingGroup))
