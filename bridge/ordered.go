@@ -277,6 +277,40 @@ func (t *keyTable) reopen(m *heldMsg) bool {
 	return true
 }
 
+// setBlocked blocks key by dead letter dlq (a block another replica
+// recorded), whether or not the table holds messages of it.
+func (t *keyTable) setBlocked(key string, dlq uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	q := t.keys[key]
+	if q == nil {
+		q = &keyQueue{key: key}
+		t.keys[key] = q
+	}
+	q.blocked, q.blockedBy = true, dlq
+	if q.queued {
+		t.ready = slices.DeleteFunc(t.ready, func(r *keyQueue) bool { return r == q })
+		q.queued = false
+	}
+}
+
+// unblock lets a blocked key go on with its held messages (its block
+// was removed by an operator).
+func (t *keyTable) unblock(key string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	q := t.keys[key]
+	if q == nil || !q.blocked {
+		return
+	}
+	q.blocked, q.blockedBy = false, 0
+	if len(q.msgs) == 0 && !q.busy {
+		delete(t.keys, key)
+		return
+	}
+	t.makeReady(q)
+}
+
 // keysOf returns the keys holding messages of partition p.
 func (t *keyTable) keysOf(p int) []string {
 	t.mu.Lock()
@@ -357,10 +391,14 @@ func (t *keyTable) handBack(key string) []*heldMsg {
 		return nil
 	}
 	var out []*heldMsg
-	if q.busy {
+	switch {
+	case q.busy:
 		out = slices.Clone(q.msgs[1:])
 		q.msgs = q.msgs[:1]
-	} else {
+	case q.blocked: // the key stays blocked, empty
+		out = q.msgs
+		q.msgs = nil
+	default:
 		out = q.msgs
 		q.msgs = nil
 		t.stopTimer(q)

@@ -2,6 +2,9 @@ package bridge
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -107,6 +110,9 @@ type orderedRoute struct {
 	// partition, kept for the process's life (the pin id lives on it).
 	stream jetstream.Stream
 	parts  []*partition
+	// blocks is the bucket holding the route's block records (on_dead_letter:
+	// block only; nil otherwise), which every replica watches.
+	blocks jetstream.KeyValue
 
 	workers sync.WaitGroup
 	pullers sync.WaitGroup
@@ -162,6 +168,13 @@ func (o *orderedRoute) provision(ctx context.Context) error {
 	if o.parts != nil {
 		return nil
 	}
+	if o.block {
+		kv, err := ensureBucket(ctx, r.b.js, fleetBucketConfig(r.b.cfg.Stream), r.b.warnDiffers)
+		if err != nil {
+			return fmt.Errorf("bucket %s: %w", fleetBucketName(r.b.cfg.Stream.Name), err)
+		}
+		o.blocks = kv
+	}
 	o.stream = oc.stream
 	for p, c := range oc.parts {
 		o.parts = append(o.parts, &partition{n: p, name: partitionConsumerName(r.cfg.Name, p), cons: c})
@@ -181,6 +194,9 @@ func (o *orderedRoute) start(stop, work context.Context) {
 	}
 	for w := range o.r.cfg.MaxInFlight {
 		o.workers.Go(func() { o.worker(stop, w) })
+	}
+	if o.blocks != nil {
+		o.pullers.Go(func() { o.watchBlocks(stop) })
 	}
 }
 
@@ -625,15 +641,18 @@ func (o *orderedRoute) after(h *heldMsg, d *delivery, attempted bool) {
 		h.settleOff()
 		o.tab.done(h)
 		o.release(1)
+		o.unrecord(h)
 	case d.action == actDeadLetter && o.block:
 		h.settleOff()
 		o.tab.block(h, d.dlq)
 		o.release(1)
-		o.r.log.Warn().Str("key_partition", strconv.Itoa(h.partition)).Uint64("dlq_seq", d.dlq).Msg("key blocked by its dead letter (on_dead_letter: block) until the dead letter is replayed")
+		o.record(h, d.dlq)
+		o.r.log.Warn().Int("partition", h.partition).Str("block", blockID(h.key)).Uint64("dlq_seq", d.dlq).Msg("key blocked by its dead letter (on_dead_letter: block) until the dead letter is replayed")
 	case d.action == actDeadLetter:
 		h.settleOff()
 		o.tab.done(h)
 		o.release(1)
+		o.unrecord(h)
 	default: // handed back with a delay (settle sent NakWithDelay)
 		o.tab.done(h)
 		o.release(1)
@@ -681,7 +700,10 @@ type OrderingStatus struct {
 // BlockedKey is a key stopped by its dead letter (on_dead_letter: block).
 // The key is shown: it is made of subject tokens, as a subject is in logs.
 type BlockedKey struct {
-	Key  string `json:"key"`
+	Key string `json:"key"`
+	// ID names its block record: key ord.<route>.blocked.<id> of the
+	// bucket <stream>_BRIDGE.
+	ID   string `json:"id"`
 	Held int    `json:"held"` // its later messages, held in the process
 }
 
@@ -701,7 +723,7 @@ func (o *orderedRoute) status() *OrderingStatus {
 	st.Held += len(o.tab.heldMsgs())
 	st.KeysWaiting = o.tab.waiting()
 	for k, n := range o.tab.blockedKeys() {
-		st.BlockedKeys = append(st.BlockedKeys, BlockedKey{Key: k, Held: n})
+		st.BlockedKeys = append(st.BlockedKeys, BlockedKey{Key: k, ID: blockID(k), Held: n})
 	}
 	return st
 }
@@ -805,4 +827,104 @@ func orderedRestartKeys(running, next *config.Config) []string {
 		}
 	}
 	return keys
+}
+
+// blockID names key's block record: the first 16 hex digits of its
+// SHA-256 (a key may hold characters a KV key cannot).
+func blockID(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:8])
+}
+
+// blockRecord is a block as the bucket keeps it.
+type blockRecord struct {
+	Key string `json:"key"`
+	DLQ uint64 `json:"dlq_seq"`
+}
+
+// maxBlockRecord bounds a block record read from the bucket.
+const maxBlockRecord = 64 << 10
+
+func (o *orderedRoute) blockKey(key string) string {
+	return "ord." + o.r.cfg.Name + ".blocked." + blockID(key)
+}
+
+// record stores the block of h's key by dead letter dlq, so that another
+// replica taking the partition over keeps the key blocked. A record not
+// stored keeps the block in this replica only (logged).
+func (o *orderedRoute) record(h *heldMsg, dlq uint64) {
+	if o.blocks == nil {
+		return
+	}
+	v, _ := json.Marshal(blockRecord{Key: h.key, DLQ: dlq})
+	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	defer cancel()
+	if _, err := o.blocks.Put(ctx, o.blockKey(h.key), v); err != nil {
+		o.r.log.Warn().Str("block", blockID(h.key)).Str("error", err.Error()).Msg("block record not stored: the key is blocked in this replica only")
+	}
+}
+
+// unrecord deletes the block record of h's key once h, the replay that
+// re-opened it, is settled.
+func (o *orderedRoute) unrecord(h *heldMsg) {
+	if o.blocks == nil || !h.first {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	defer cancel()
+	if err := o.blocks.Delete(ctx, o.blockKey(h.key)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		o.r.log.Warn().Str("block", blockID(h.key)).Str("error", err.Error()).Msg("block record not deleted")
+	}
+}
+
+// watchBlocks applies the route's block records until ctx ends: a record
+// blocks its key (recorded by this replica or another), its deletion (the
+// replay settled, or an operator deleted it) lets the key go on. The watch
+// is made again after a failure.
+func (o *orderedRoute) watchBlocks(ctx context.Context) {
+	names := map[string]string{} // record key -> ordering key
+	for ctx.Err() == nil {
+		w, err := o.blocks.Watch(ctx, "ord."+o.r.cfg.Name+".blocked.*")
+		if err != nil {
+			sleep(ctx, time.Second)
+			continue
+		}
+		o.applyBlocks(ctx, w, names)
+		_ = w.Stop()
+		sleep(ctx, time.Second) // the watch ended by itself: watch again, not at once
+	}
+}
+
+// applyBlocks applies the updates of w until ctx ends or w closes.
+func (o *orderedRoute) applyBlocks(ctx context.Context, w jetstream.KeyWatcher, names map[string]string) {
+	for {
+		var e jetstream.KeyValueEntry
+		select {
+		case <-ctx.Done():
+			return
+		case u, ok := <-w.Updates():
+			if !ok {
+				return
+			}
+			e = u
+		}
+		if e == nil {
+			continue // the records stored so far are in
+		}
+		switch e.Operation() {
+		case jetstream.KeyValuePut:
+			var rec blockRecord
+			if len(e.Value()) > maxBlockRecord || json.Unmarshal(e.Value(), &rec) != nil || o.blockKey(rec.Key) != e.Key() {
+				o.r.log.Warn().Str("record", e.Key()).Msg("block record ignored: not a record of this route")
+				continue
+			}
+			names[e.Key()] = rec.Key
+			o.tab.setBlocked(rec.Key, rec.DLQ)
+		default: // deleted or purged
+			if k, ok := names[e.Key()]; ok {
+				delete(names, e.Key())
+				o.tab.unblock(k)
+			}
+		}
+	}
 }

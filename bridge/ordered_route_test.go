@@ -373,3 +373,78 @@ func scrapeText(t testing.TB, h *harness) string {
 	h.b.AdminHandler(h.reg).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	return rec.Body.String()
 }
+
+// A block is kept across a hand-over: key A is blocked by its dead letter
+// on the replica owning its partition, that replica stops, and the other,
+// which takes the partition over, keeps A's later events held (the block
+// record in the bucket); deleting the record (what an operator does to
+// unblock without a replay) lets them go, in order. The control deletes
+// the record before the hand-over: the new owner then delivers them, so
+// the check can fail.
+func TestOrderedBlockSurvivesHandOver(t *testing.T) {
+	run := func(t testing.TB, unrecordFirst bool) error {
+		srv := natstest.Start(t)
+		s := newOrderSink(t, func(id string, attempt int) int {
+			if id == "kA-1" && attempt == 1 {
+				return 400
+			}
+			return 0
+		})
+		y := strings.Replace(orderedYAML(s.sink.URL(), true, ", max_in_flight: 4"), "partitions: 8}", "partitions: 8, on_dead_letter: block}", 1)
+		hs := replicas(t, srv, testConfig(t, "%s", y), nil, 2)
+		pub := func(id string) {
+			k, _ := splitID(id)
+			hs[0].publish("events.info.ord."+k, id, []byte(`{}`), map[string]string{"Event-Id": id})
+		}
+		for _, id := range []string{"kA-0", "kA-1", "kA-2"} {
+			pub(id)
+		}
+		var owner, other *harness
+		if !waitUntil(20*time.Second, func() bool {
+			for i, h := range hs {
+				if st := h.b.routes[0].ord.status(); len(st.BlockedKeys) == 1 && st.BlockedKeys[0].Held == 1 {
+					owner, other = h, hs[1-i]
+					return true
+				}
+			}
+			return false
+		}) {
+			return fmt.Errorf("key A not blocked holding kA-2; %d delivered", s.delivered())
+		}
+		kv, err := hs[0].js.KeyValue(context.Background(), "EVENTS_BRIDGE")
+		if err != nil {
+			return err
+		}
+		rec := "ord.r.blocked." + blockID("kA")
+		if unrecordFirst {
+			if err := kv.Delete(context.Background(), rec); err != nil {
+				return err
+			}
+		}
+		owner.stop()
+		pub("kA-3")
+		if !waitUntil(20*time.Second, func() bool {
+			st := other.b.routes[0].ord.status()
+			return len(st.Owned) > 0 && len(st.Fenced) == 0 && st.Held >= 2 || s.delivered() > 1
+		}) {
+			return fmt.Errorf("the other replica did not take key A's partition over (%+v); %d delivered", other.b.routes[0].ord.status(), s.delivered())
+		}
+		if n := s.delivered(); n != 1 {
+			return fmt.Errorf("%d events delivered after the hand-over, want only kA-0", n)
+		}
+		if err := kv.Delete(context.Background(), rec); err != nil {
+			return err
+		}
+		if !waitUntil(20*time.Second, func() bool { return s.delivered() == 3 }) {
+			return fmt.Errorf("%d of 3 delivered after the record was deleted", s.delivered())
+		}
+		if inv := s.inversions(); inv != 0 {
+			return fmt.Errorf("%d inversions", inv)
+		}
+		return nil
+	}
+	if err := run(t, false); err != nil {
+		t.Fatal(err)
+	}
+	expectBroken(t, "no block record at the hand-over", func(t testing.TB) error { return run(t, true) })
+}
