@@ -90,10 +90,11 @@ func (b *Bridge) routeStatuses(ctx context.Context) []routeStatus {
 		st := routeStatus{Route: r.cfg.Name, Destination: r.dest.name, InFlight: r.load.inFlight.Load(), Breaker: r.dest.state().String(), Paused: r.cfg.Paused,
 			Delivering: !b.opts.NoDelivery && !r.cfg.Paused}
 		info, at, lastErr := b.health.lastLookup(r)
+		if r.ord != nil {
+			st.Ordering = r.ord.status() // pending and ack pending sum its partitions
+		}
 		switch {
-		case r.ord != nil:
-			st.Ordering = r.ord.status()
-		case r.consumer() == nil:
+		case r.ord == nil && r.consumer() == nil:
 			st.Error = "consumer not bound yet"
 		case r.bound.missing.Load():
 			st.Error = "consumer deleted; restart the bridge to create it again"

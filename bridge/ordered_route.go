@@ -686,6 +686,27 @@ func (o *orderedRoute) heldAll() []*heldMsg {
 	return out
 }
 
+// info sums the partition consumers' state (pending, ack pending,
+// redelivered) for the readiness watch and /status; nil before provision.
+func (o *orderedRoute) info(ctx context.Context) (*jetstream.ConsumerInfo, error) {
+	if o.parts == nil {
+		return nil, nil
+	}
+	sum := &jetstream.ConsumerInfo{Stream: config.CopyStream(o.r.b.cfg.Stream.Name, o.r.cfg.Name)}
+	for _, p := range o.parts {
+		lctx, cancel := context.WithTimeout(ctx, readinessTimeout)
+		in, err := p.cons.Info(lctx)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("partition %d: %w", p.n, err)
+		}
+		sum.NumPending += in.NumPending
+		sum.NumAckPending += in.NumAckPending
+		sum.NumRedelivered += in.NumRedelivered
+	}
+	return sum, nil
+}
+
 // OrderingStatus is an ordered route's state in this replica, as /status
 // shows it.
 type OrderingStatus struct {

@@ -153,6 +153,9 @@ func TestOrderedDeliveryUnderFailures(t *testing.T) {
 		if !waitUntil(2*time.Minute, func() bool { return s.delivered() == keys*perKey }) {
 			return s.inversions(), s.delivered(), fmt.Errorf("%d of %d events delivered", s.delivered(), keys*perKey)
 		}
+		if err := h.b.Readiness(); err != nil {
+			return 0, 0, fmt.Errorf("not ready: %w", err)
+		}
 		return s.inversions(), s.delivered(), nil
 	}
 	inv, got, err := run(t, true)
@@ -268,8 +271,8 @@ func TestOrderedBlockUntilReplay(t *testing.T) {
 		if st.BlockedKeys[0].Key != "kA" || s.delivered() != 5 {
 			return fmt.Errorf("blocked %+v, %d delivered; want kA and 5", st.BlockedKeys, s.delivered())
 		}
-		if got := statusOrdering(t, h); len(got.BlockedKeys) != 1 || got.BlockedKeys[0].Key != "kA" || got.Partitions != 8 {
-			return fmt.Errorf("/status ordering %+v, want key kA blocked of 8 partitions", got)
+		if got, ackPending := statusOrdering(t, h); len(got.BlockedKeys) != 1 || got.BlockedKeys[0].Key != "kA" || got.Partitions != 8 || ackPending != 2 {
+			return fmt.Errorf("/status ordering %+v, ack_pending %d; want key kA blocked of 8 partitions, 2 ack pending", got, ackPending)
 		}
 		if !waitUntil(5*time.Second, func() bool { return strings.Contains(scrapeText(t, h), `bridge_ordering_blocked_keys{route="r"} 1`) }) {
 			return fmt.Errorf("bridge_ordering_blocked_keys is not 1")
@@ -350,20 +353,22 @@ func TestOrderedAcrossReplicas(t *testing.T) {
 	})
 }
 
-// statusOrdering is route r's ordering in h's /status.
-func statusOrdering(t testing.TB, h *harness) OrderingStatus {
+// statusOrdering is route r's ordering and ack pending in h's /status.
+func statusOrdering(t testing.TB, h *harness) (OrderingStatus, int) {
 	t.Helper()
 	rec := httptest.NewRecorder()
 	h.b.AdminHandler(h.reg).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/status", nil))
 	var out struct {
 		Routes []struct {
-			Ordering *OrderingStatus `json:"ordering"`
+			Ordering   *OrderingStatus `json:"ordering"`
+			AckPending int             `json:"ack_pending"`
+			Error      string          `json:"error"`
 		} `json:"routes"`
 	}
-	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || len(out.Routes) != 1 || out.Routes[0].Ordering == nil {
+	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || len(out.Routes) != 1 || out.Routes[0].Ordering == nil || out.Routes[0].Error != "" {
 		t.Fatalf("/status: %v: %s", err, rec.Body.String())
 	}
-	return *out.Routes[0].Ordering
+	return *out.Routes[0].Ordering, out.Routes[0].AckPending
 }
 
 // scrapeText is h's /metrics.
