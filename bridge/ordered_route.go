@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -108,7 +109,10 @@ type orderedRoute struct {
 
 	// Set by provision, once: the copy and one consumer handle per
 	// partition, kept for the process's life (the pin id lives on it).
-	stream jetstream.Stream
+	// provisioned is stored after them: status and info, which may run
+	// during provisioning, read them only once it is set.
+	provisioned atomic.Bool
+	stream      jetstream.Stream
 	parts  []*partition
 	// blocks is the bucket holding the route's block records (on_dead_letter:
 	// block only; nil otherwise), which every replica watches.
@@ -165,7 +169,7 @@ func (o *orderedRoute) provision(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if o.parts != nil {
+	if o.provisioned.Load() {
 		return nil
 	}
 	if o.block {
@@ -179,6 +183,7 @@ func (o *orderedRoute) provision(ctx context.Context) error {
 	for p, c := range oc.parts {
 		o.parts = append(o.parts, &partition{n: p, name: partitionConsumerName(r.cfg.Name, p), cons: c})
 	}
+	o.provisioned.Store(true)
 	return nil
 }
 
@@ -689,7 +694,7 @@ func (o *orderedRoute) heldAll() []*heldMsg {
 // info sums the partition consumers' state (pending, ack pending,
 // redelivered) for the readiness watch and /status; nil before provision.
 func (o *orderedRoute) info(ctx context.Context) (*jetstream.ConsumerInfo, error) {
-	if o.parts == nil {
+	if !o.provisioned.Load() {
 		return nil, nil
 	}
 	sum := &jetstream.ConsumerInfo{Stream: config.CopyStream(o.r.b.cfg.Stream.Name, o.r.cfg.Name)}
@@ -729,7 +734,10 @@ type BlockedKey struct {
 }
 
 func (o *orderedRoute) status() *OrderingStatus {
-	st := &OrderingStatus{Partitions: len(o.parts), Owned: []int{}, BlockedKeys: []BlockedKey{}}
+	st := &OrderingStatus{Partitions: o.r.cfg.Ordering.Partitions, Owned: []int{}, BlockedKeys: []BlockedKey{}}
+	if !o.provisioned.Load() {
+		return st
+	}
 	for _, p := range o.parts {
 		p.mu.Lock()
 		if p.owned {
