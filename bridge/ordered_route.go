@@ -113,7 +113,7 @@ type orderedRoute struct {
 	// during provisioning, read them only once it is set.
 	provisioned atomic.Bool
 	stream      jetstream.Stream
-	parts  []*partition
+	parts       []*partition
 	// blocks is the bucket holding the route's block records (on_dead_letter:
 	// block only; nil otherwise), which every replica watches.
 	blocks jetstream.KeyValue
