@@ -80,16 +80,15 @@ type orderedConfig struct {
 	holdMax time.Duration
 }
 
-// orderedConfigOf is the configuration of ordered route rc: the pull
-// expiry is a third of PinnedTTL (so an idle owner pulls well within
-// it), between a second and fetchWait.
+// orderedConfigOf is the configuration of ordered route rc; timeout is
+// its destination's.
 func orderedConfigOf(rc *config.Route, timeout time.Duration) orderedConfig {
 	ttl := partitionPinnedTTL(rc)
 	b := orderedBuffer(rc)
 	return orderedConfig{
 		buffer:    b,
 		batch:     max(1, min(2*rc.MaxInFlight, b/rc.Ordering.Partitions)),
-		expiry:    config.OrderedPullExpiry(rc.AckWait.D()),
+		expiry:    config.OrderedPullExpiry,
 		pinnedTTL: ttl,
 		leaseCut:  timeout,
 		pinned:    true,
@@ -303,14 +302,18 @@ func (o *orderedRoute) pull(ctx context.Context, p *partition) {
 			}
 			continue
 		}
-		if fenced {
-			o.checkFence(ctx, p)
-		}
+		want := o.cfg.batch
 		expiry := o.cfg.expiry
 		if fenced {
+			if want = o.fencedPull(ctx, p); want == 0 {
+				if alive {
+					o.keepAlive(ctx, p, half)
+				}
+				continue
+			}
 			expiry = fenceEvery
 		}
-		n := o.acquire(ctx, o.cfg.batch, min(expiry, half))
+		n := o.acquire(ctx, want, min(expiry, half))
 		if ctx.Err() != nil {
 			o.release(n)
 			return
@@ -334,6 +337,28 @@ func (o *orderedRoute) pull(ctx context.Context, p *partition) {
 		failures = 0
 		pause.Reset()
 	}
+}
+
+// fencedPull checks p's fence and returns how many messages p may pull
+// while it is fenced (a batch when the fence ended). A fenced partition
+// holds at most a batch of new messages: more would take the room the
+// previous owner's messages need to come back. Once they are due for
+// redelivery (ack_wait after the gain), the server serves them before any
+// new message, so one more is pulled at a time until they are all here.
+func (o *orderedRoute) fencedPull(ctx context.Context, p *partition) int {
+	o.checkFence(ctx, p)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.fenced {
+		return o.cfg.batch
+	}
+	if room := o.cfg.batch - len(p.pending); room > 0 {
+		return room
+	}
+	if time.Since(p.fencedAt) > o.r.cfg.AckWait.D() {
+		return 1
+	}
+	return 0
 }
 
 // fetch makes one pull of n (tokens taken) on p.

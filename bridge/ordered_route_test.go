@@ -431,7 +431,8 @@ func TestOrderedBlockSurvivesHandOver(t *testing.T) {
 		pub("kA-3")
 		if !waitUntil(20*time.Second, func() bool {
 			st := other.b.routes[0].ord.status()
-			return len(st.Owned) > 0 && len(st.Fenced) == 0 && st.Held >= 2 || s.delivered() > 1
+			blocked := len(st.BlockedKeys) == 1 && st.BlockedKeys[0].Key == "kA" && st.BlockedKeys[0].Held == 2
+			return len(st.Owned) > 0 && len(st.Fenced) == 0 && blocked || s.delivered() > 1
 		}) {
 			return fmt.Errorf("the other replica did not take key A's partition over (%+v); %d delivered", other.b.routes[0].ord.status(), s.delivered())
 		}
