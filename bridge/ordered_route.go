@@ -515,8 +515,13 @@ func (o *orderedRoute) gain(ctx context.Context, p *partition, pin string) {
 	o.r.log.Info().Int("partition", p.n).Msg("partition acquired; fenced until its unacknowledged messages are here")
 }
 
-// checkFence ends p's fence once every unacknowledged message of p's
-// consumer is in this process.
+// checkFence ends p's fence once every unacknowledged message of p is in
+// this process. Two checks, the cheap one first: the partition consumer's
+// NumAckPending is at most what this process holds of p; then the copy
+// itself (work-queue retention: a message is there until acked) has no
+// message of p, up to the highest held, that this process does not hold.
+// The second does not trust the consumer's state, which a server restart
+// can leave behind what the stream holds.
 func (o *orderedRoute) checkFence(ctx context.Context, p *partition) {
 	ictx, cancel := context.WithTimeout(ctx, readinessTimeout)
 	info, err := p.cons.Info(ictx)
@@ -529,8 +534,20 @@ func (o *orderedRoute) checkFence(ctx context.Context, p *partition) {
 		p.mu.Unlock()
 		return
 	}
-	here := len(p.pending) + o.tab.heldOf(p.n, p.epoch)
-	if info.NumAckPending > here {
+	epoch := p.epoch
+	here := map[uint64]bool{}
+	for _, h := range p.pending {
+		here[h.copySeq] = true
+	}
+	p.mu.Unlock()
+	for _, seq := range o.tab.seqsOf(p.n, epoch) {
+		here[seq] = true
+	}
+	if info.NumAckPending > len(here) || !o.allHere(ctx, p, here) {
+		return
+	}
+	p.mu.Lock()
+	if !p.fenced || p.epoch != epoch {
 		p.mu.Unlock()
 		return
 	}
@@ -543,6 +560,33 @@ func (o *orderedRoute) checkFence(ctx context.Context, p *partition) {
 	}
 	o.m.fence.Observe(time.Since(since).Seconds())
 	o.r.log.Info().Int("partition", p.n).Int("held", len(pending)).Str("fenced_for", time.Since(since).Round(time.Millisecond).String()).Msg("partition fence released")
+}
+
+// allHere reports whether every message of p in the copy, up to the
+// highest sequence in here, is in here: one direct get per message.
+func (o *orderedRoute) allHere(ctx context.Context, p *partition, here map[uint64]bool) bool {
+	var top uint64
+	for seq := range here {
+		top = max(top, seq)
+	}
+	subject := strconv.Itoa(p.n) + ".>"
+	for seq := uint64(1); seq <= top; {
+		gctx, cancel := context.WithTimeout(ctx, readinessTimeout)
+		m, err := o.stream.GetMsg(gctx, seq, jetstream.WithGetMsgSubject(subject))
+		cancel()
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			return true
+		case err != nil:
+			return false
+		case m.Sequence > top:
+			return true
+		case !here[m.Sequence]:
+			return false
+		}
+		seq = m.Sequence + 1
+	}
+	return true
 }
 
 // lose ends this replica's ownership of p (if it owned it): what it holds
