@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -341,10 +342,11 @@ func (o *orderedRoute) pull(ctx context.Context, p *partition) {
 
 // fencedPull checks p's fence and returns how many messages p may pull
 // while it is fenced (a batch when the fence ended). A fenced partition
-// holds at most a batch of new messages: more would take the room the
-// previous owner's messages need to come back. Once they are due for
-// redelivery (ack_wait after the gain), the server serves them before any
-// new message, so one more is pulled at a time until they are all here.
+// holds about a batch of new messages, then two, pulled one at a time:
+// more would take the room the previous owner's messages need to come
+// back. Once they are due for redelivery (ack_wait after the gain), the
+// server serves them before any new message, so one more is pulled at a
+// time until they are all here.
 func (o *orderedRoute) fencedPull(ctx context.Context, p *partition) int {
 	o.checkFence(ctx, p)
 	p.mu.Lock()
@@ -355,7 +357,7 @@ func (o *orderedRoute) fencedPull(ctx context.Context, p *partition) int {
 	if room := o.cfg.batch - len(p.pending); room > 0 {
 		return room
 	}
-	if time.Since(p.fencedAt) > o.r.cfg.AckWait.D() {
+	if len(p.pending) < 2*o.cfg.batch || time.Since(p.fencedAt) > o.r.cfg.AckWait.D() {
 		return 1
 	}
 	return 0
@@ -543,7 +545,11 @@ func (o *orderedRoute) checkFence(ctx context.Context, p *partition) {
 	for _, seq := range o.tab.seqsOf(p.n, epoch) {
 		here[seq] = true
 	}
-	if info.NumAckPending > len(here) || !o.allHere(ctx, p, here) {
+	if info.NumAckPending > len(here) {
+		return
+	}
+	scanned, ok := o.allHere(ctx, p, here)
+	if !ok {
 		return
 	}
 	p.mu.Lock()
@@ -559,34 +565,38 @@ func (o *orderedRoute) checkFence(ctx context.Context, p *partition) {
 		o.add(h)
 	}
 	o.m.fence.Observe(time.Since(since).Seconds())
-	o.r.log.Info().Int("partition", p.n).Int("held", len(pending)).Str("fenced_for", time.Since(since).Round(time.Millisecond).String()).Msg("partition fence released")
+	o.r.log.Info().Int("partition", p.n).Int("held", len(pending)).Int("ack_pending", info.NumAckPending).Int("scanned", scanned).
+		Str("fenced_for", time.Since(since).Round(time.Millisecond).String()).Msg("partition fence released")
 }
 
 // allHere reports whether every message of p in the copy, up to the
-// highest sequence in here, is in here: one direct get per message.
-func (o *orderedRoute) allHere(ctx context.Context, p *partition, here map[uint64]bool) bool {
+// highest sequence in here, is in here (one direct get per message), and
+// how many it read.
+func (o *orderedRoute) allHere(ctx context.Context, p *partition, here map[uint64]bool) (int, bool) {
 	var top uint64
 	for seq := range here {
 		top = max(top, seq)
 	}
 	subject := strconv.Itoa(p.n) + ".>"
+	n := 0
 	for seq := uint64(1); seq <= top; {
 		gctx, cancel := context.WithTimeout(ctx, readinessTimeout)
 		m, err := o.stream.GetMsg(gctx, seq, jetstream.WithGetMsgSubject(subject))
 		cancel()
 		switch {
 		case errors.Is(err, jetstream.ErrMsgNotFound):
-			return true
+			return n, true
 		case err != nil:
-			return false
+			return n, false
 		case m.Sequence > top:
-			return true
+			return n, true
 		case !here[m.Sequence]:
-			return false
+			return n, false
 		}
+		n++
 		seq = m.Sequence + 1
 	}
-	return true
+	return n, true
 }
 
 // lose ends this replica's ownership of p (if it owned it): what it holds
@@ -633,7 +643,10 @@ func (o *orderedRoute) handBackPartition(p *partition, why string) {
 func (o *orderedRoute) handBack(msgs []*heldMsg) int {
 	for _, h := range msgs {
 		h.settleOff()
-		_ = h.msg.NakWithDelay(interruptedDelay)
+		err := h.msg.NakWithDelay(interruptedDelay)
+		if e := o.r.log.Debug(); e != nil {
+			e.Int("partition", h.partition).Uint64("copy_seq", h.copySeq).Bool("sent", err == nil).Msg("handed back")
+		}
 	}
 	o.release(len(msgs))
 	return len(msgs)
@@ -705,9 +718,7 @@ func (o *orderedRoute) after(h *heldMsg, d *delivery, attempted bool) {
 	case !attempted:
 		h.settleOff()
 		_ = h.msg.NakWithDelay(interruptedDelay)
-		o.tab.done(h)
-		o.release(1)
-		o.handBack(o.tab.handBack(h.key))
+		o.leftBehind(h)
 	case d.kept:
 		o.m.held("backoff")
 		o.tab.hold(h, d.keptFor)
@@ -728,10 +739,54 @@ func (o *orderedRoute) after(h *heldMsg, d *delivery, attempted bool) {
 		o.release(1)
 		o.unrecord(h)
 	default: // handed back with a delay (settle sent NakWithDelay)
-		o.tab.done(h)
-		o.release(1)
+		o.leftBehind(h)
+	}
+}
+
+// leftBehind settles head h, which was handed back (NakWithDelay): its
+// partition was lost, the route stops, or h was pulled in an ownership of
+// its partition that has ended. The key's later messages must not go
+// before h comes back. If this replica owns the partition again (a later
+// ownership), the partition is fenced again first: its held messages
+// leave the key table until h is back. Otherwise the key's later messages
+// are handed back too, in copy order.
+func (o *orderedRoute) leftBehind(h *heldMsg) {
+	p := o.parts[h.partition]
+	p.mu.Lock()
+	again := p.owned && p.epoch != h.epoch && p.stop.Err() == nil
+	p.mu.Unlock()
+	if again {
+		o.refence(p) // before h leaves: its key's next message must not start
+	}
+	o.tab.done(h)
+	o.release(1)
+	if !again {
 		o.handBack(o.tab.handBack(h.key))
 	}
+}
+
+// refence fences owned partition p again: its messages that are not being
+// attempted leave the key table for the fence's pending list (in copy
+// order), where they wait until every unacknowledged message of p is here.
+func (o *orderedRoute) refence(p *partition) {
+	p.mu.Lock()
+	if !p.owned {
+		p.mu.Unlock()
+		return
+	}
+	if !p.fenced {
+		p.fenced, p.fencedAt = true, time.Now()
+	}
+	p.mu.Unlock()
+	var msgs []*heldMsg
+	for _, k := range o.tab.keysOf(p.n) {
+		msgs = append(msgs, o.tab.handBack(k)...) // out of the table, not to JetStream
+	}
+	p.mu.Lock()
+	p.pending = append(p.pending, msgs...)
+	slices.SortFunc(p.pending, func(a, b *heldMsg) int { return cmpSeq(a.copySeq, b.copySeq) })
+	p.mu.Unlock()
+	o.r.log.Info().Int("partition", p.n).Int("held", len(msgs)).Msg("partition fenced again: a message of an earlier ownership was handed back")
 }
 
 // keepHeld sends InProgress for every held message not kept for every
