@@ -561,6 +561,10 @@ func (o *orderedRoute) checkFence(ctx context.Context, p *partition) {
 	p.pending, p.fenced = nil, false
 	since := p.fencedAt
 	p.mu.Unlock()
+	// In copy order: redeliveries arrive in any order, and a key's head
+	// may start as soon as it is added, before an earlier message of the
+	// key would be.
+	slices.SortFunc(pending, func(a, b *heldMsg) int { return cmpSeq(a.copySeq, b.copySeq) })
 	for _, h := range pending {
 		o.add(h)
 	}
