@@ -191,8 +191,8 @@ func TestSoterCareEndToEnd(t *testing.T) {
 			sev     sotercare.Severity
 			subject string
 		}{
-			{careReading("vit-0002", "vitals", 72, "bpm"), sotercare.Normal, "events.info.care.eventlog.vitals"},
-			{careReading("wet-0001", "moisture", 85, "percent"), sotercare.Medium, "events.warning.care.eventlog.moisture"},
+			{careReading("vit-0002", "vitals", 72, "bpm"), sotercare.Normal, "events.info.care.eventlog.bed-3.vitals"},
+			{careReading("wet-0001", "moisture", 85, "percent"), sotercare.Medium, "events.warning.care.eventlog.bed-3.moisture"},
 		} {
 			rc := e.accept(t, c.body, c.sev, sotercare.EventLog)
 			msg := getMsg(t, e.js, e.cfg.Stream.Name, rc.Seq)
@@ -315,10 +315,10 @@ func TestSoterCareNotifierRejects(t *testing.T) {
 	}
 	dead := e.b.WaitDeadLetters(t, 1)
 	if d := dead[0]; len(dead) != 1 || d.EventID != rc.EventID || d.Reason != deadletter.ReasonRejected || d.Status != 400 ||
-		d.Route != "caregiver-alerts" || d.Subject != "events.warning.care.caregiver.vitals" {
+		d.Route != "caregiver-alerts" || d.Subject != "events.warning.care.caregiver.bed-3.vitals" {
 		t.Fatalf("dead letters %+v, want one: event %s rejected with 400 on caregiver-alerts", dead, rc.EventID)
 	}
-	if dead[0].DLQSubject != "dlq.caregiver-alerts.events.warning.care.caregiver.vitals" {
+	if dead[0].DLQSubject != "dlq.caregiver-alerts.events.warning.care.caregiver.bed-3.vitals" {
 		t.Fatalf("dead letter subject %s", dead[0].DLQSubject)
 	}
 	var alert sotercare.Alert
