@@ -34,6 +34,9 @@ type routeStatus struct {
 	CheckedAt *time.Time `json:"checked_at,omitempty"`
 	InfoAge   string     `json:"info_age,omitempty"`
 	Error     string     `json:"error,omitempty"`
+	// Ordering is an ordered route's partitions and keys in this replica
+	// (ordered_route.go); the consumer fields are then empty.
+	Ordering *OrderingStatus `json:"ordering,omitempty"`
 }
 
 // destinationStatus is one destination as /status shows it: its breaker
@@ -87,8 +90,11 @@ func (b *Bridge) routeStatuses(ctx context.Context) []routeStatus {
 		st := routeStatus{Route: r.cfg.Name, Destination: r.dest.name, InFlight: r.load.inFlight.Load(), Breaker: r.dest.state().String(), Paused: r.cfg.Paused,
 			Delivering: !b.opts.NoDelivery && !r.cfg.Paused}
 		info, at, lastErr := b.health.lastLookup(r)
+		if r.ord != nil {
+			st.Ordering = r.ord.status() // pending and ack pending sum its partitions
+		}
 		switch {
-		case r.consumer() == nil:
+		case r.ord == nil && r.consumer() == nil:
 			st.Error = "consumer not bound yet"
 		case r.bound.missing.Load():
 			st.Error = "consumer deleted; restart the bridge to create it again"

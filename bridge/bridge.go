@@ -144,12 +144,17 @@ func (b *Bridge) startRoute(rs *runState, r *route) *routeRun {
 	work, cancelWork := context.WithCancelCause(rs.work)
 	run := &routeRun{cancel: cancel, cancelWork: cancelWork, watchdog: make(chan struct{}), workersDone: make(chan struct{}), keeper: make(chan struct{})}
 	r.acks.start(b.js.Conn())
-	r.workers.start(ctx, work)
-	r.puller.start(ctx)
-	go func() {
-		defer close(run.watchdog)
-		r.watchdog(ctx)
-	}()
+	if r.ord != nil {
+		close(run.watchdog) // the partitions' pulls watch themselves
+		r.ord.start(ctx, work)
+	} else {
+		r.workers.start(ctx, work)
+		r.puller.start(ctx)
+		go func() {
+			defer close(run.watchdog)
+			r.watchdog(ctx)
+		}()
+	}
 	// Progress acks run until every worker has settled what it holds,
 	// the drain included.
 	go func() {
@@ -164,6 +169,9 @@ func (b *Bridge) startRoute(rs *runState, r *route) *routeRun {
 // as it stopped) is handed back.
 func (run *routeRun) stopPulling(r *route) {
 	run.cancel()
+	if r.ord != nil {
+		r.ord.stopPulling()
+	}
 	r.puller.stop()
 	<-run.watchdog
 }
@@ -171,6 +179,9 @@ func (run *routeRun) stopPulling(r *route) {
 // finish waits, after stopPulling, until every worker of r has settled
 // what it held and every ack is confirmed or given up.
 func (run *routeRun) finish(r *route) {
+	if r.ord != nil {
+		r.ord.finish() // hands back what it holds
+	}
 	r.workers.stop()
 	r.acks.stop() // every ack sent is confirmed or given up (acks.go)
 	close(run.workersDone)

@@ -43,6 +43,9 @@ func (r *route) setConsumer(c jetstream.Consumer) { r.bound.cons.Store(&c) }
 // replicas sharing a durable have no config owner, and two versions (a
 // rolling deploy, a forgotten replica) flip its settings back and forth.
 func (r *route) bindConsumer(ctx context.Context) error {
+	if r.cfg.Ordering != nil {
+		return r.bindOrdered(ctx)
+	}
 	want := consumerConfig(r.cfg)
 	if cur, err := r.b.js.Consumer(ctx, r.b.cfg.Stream.Name, r.cfg.Name); err == nil {
 		if diff := consumerDrift(cur.CachedInfo().Config, want); diff != "" {

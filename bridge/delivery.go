@@ -61,6 +61,16 @@ type delivery struct {
 	// route's completer (deferred), which stores it before the ack.
 	rec      doneRecord
 	deferred bool
+
+	// Of an ordered route (ordered_route.go): head is the key's head
+	// being delivered (set by its worker); settle sets what it did:
+	// action, and kept (for keptFor) when a redelivery is held in the
+	// process rather than handed back; dlq is a dead letter's sequence.
+	head    *heldMsg
+	action  action
+	kept    bool
+	keptFor time.Duration
+	dlq     uint64
 }
 
 // handle takes one message from receipt to settlement, on worker w, whose
@@ -96,6 +106,7 @@ func (d *delivery) start(r *route, m jetstream.Msg) {
 	d.lease.Store(nil)
 	d.progress, d.tries, d.failure = nil, 0, nil
 	d.rec, d.deferred = doneRecord{}, false
+	d.action, d.kept, d.keptFor, d.dlq = 0, false, 0, 0
 }
 
 // handBack settles a message the route hands back without working on it
@@ -380,6 +391,7 @@ func (d *delivery) settle() {
 	if d.progress != nil {
 		d.progress.stop()
 	}
+	d.action, d.dlq = dec.action, dlq
 	failure, tries := d.failure, d.tries
 	out := Settled{
 		Route: r.cfg.Name, Destination: r.dest.name, Stream: ev.Stream, Seq: ev.Seq,
@@ -415,6 +427,15 @@ func (d *delivery) settle() {
 		withFailure(e, failure).Msg("dead-lettered")
 	default: // redeliver; hold, which attempt resolves, only after a shutdown cut it short
 		out.Outcome, out.Delay = OutcomeRedeliveryScheduled, dec.delay
+		if d.head != nil && r.ord.keep(d.head, dec.delay) {
+			// An ordered route holds its key's head in the process: a
+			// delayed redelivery would let the key's next message go first
+			// (docs/delivery.md#ordered-delivery).
+			d.kept, d.keptFor = true, dec.delay
+			withFailure(msgLog(r.log.Info(), ev).Int("tries", tries), failure).Str("delay", dec.delay.String()).
+				Msg("redelivery held in the process: the key waits")
+			break
+		}
 		err = m.NakWithDelay(dec.delay)
 		var dle *DeadLetterError
 		if errors.As(failure, &dle) {
@@ -534,6 +555,9 @@ func (r *route) progressLoop(stop <-chan struct{}) {
 		case now := <-t.C:
 			for i := range r.progressSlots {
 				r.keep(&r.progressSlots[i], now, every)
+			}
+			if r.ord != nil {
+				r.ord.keepHeld(now, every) // every message an ordered route holds
 			}
 		}
 	}

@@ -57,6 +57,9 @@ type metrics struct {
 	// subject's severity token disagreed (event.go).
 	severityMismatch *prometheus.CounterVec // route
 
+	// ordered are the ordered routes' series (ordered_route.go).
+	ordered *orderingMetrics
+
 	// children are the series of the hot path, looked up once rather than
 	// per message. A value is never changed: a reload that adds a route or
 	// a destination stores a copy with them (addNames), so the hot path
@@ -178,6 +181,14 @@ func newMetrics(reg prometheus.Registerer, cfg *config.Config) (*metrics, error)
 		for _, c := range []prometheus.Collector{m.messages, m.requests, m.duration, m.circuit, m.inFlight, m.deadLetters,
 			m.payloadOmitted, m.safetyNet, m.concurrencyLimit, m.gateInFlight, m.waiting, m.rateLimitedSecs, m.pausedSecs, m.fleetWaitSecs, m.fleetErrors, m.budgetRefusals,
 			m.consumerPending, m.deadLettersStored, m.idempotencyErrors, m.idempotencyConflicts} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	m.ordered = newOrderingMetrics()
+	if reg != nil {
+		for _, c := range m.ordered.collectors() {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

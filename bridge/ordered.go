@@ -43,6 +43,29 @@ type heldMsg struct {
 	copySeq   uint64
 	// attempts is the number of attempts made or started so far.
 	attempts int
+	// first: a replayed dead letter that re-opens its blocked key; it
+	// goes before the key's held messages whatever its copy sequence.
+	first bool
+
+	// What the ordered route (ordered_route.go) knows of it.
+	cm       *copyMsg // msg read as the original event
+	base     uint64   // the JetStream delivery count at receipt
+	epoch    uint64   // the partition's ownership when it was pulled
+	replayOf uint64   // Bridge-Replayed-From, 0 when absent
+
+	// mu guards keep and gone: progress acks stop for good (gone) before
+	// the message is handed back or settled.
+	mu   sync.Mutex
+	keep time.Time
+	gone bool
+}
+
+// seq is h's place in its key: a replay that re-opens a key comes first.
+func (h *heldMsg) seq() uint64 {
+	if h.first {
+		return 0
+	}
+	return h.copySeq
 }
 
 // keyQueue is one key's messages in the process.
@@ -53,6 +76,10 @@ type keyQueue struct {
 	queued    bool       // in the ready FIFO
 	notBefore time.Time  // the head's backoff
 	timer     *time.Timer
+	// blocked: a dead letter stopped the key (on_dead_letter: block); its
+	// messages stay held until a replay of that dead letter re-opens it.
+	blocked   bool
+	blockedBy uint64 // the dead letter's sequence on the dead-letter stream
 }
 
 // keyTable is an ordered route's key table. The zero value is not usable:
@@ -93,7 +120,7 @@ func (t *keyTable) add(m *heldMsg) bool {
 	q := t.keys[m.key]
 	if q != nil {
 		i, found := slices.BinarySearchFunc(q.msgs, m.copySeq, func(h *heldMsg, seq uint64) int {
-			return cmpSeq(h.copySeq, seq)
+			return cmpSeq(h.seq(), seq)
 		})
 		if found {
 			return false
@@ -135,7 +162,7 @@ func cmpSeq(a, b uint64) int {
 
 // makeReady puts q in the ready FIFO if its head may start now.
 func (t *keyTable) makeReady(q *keyQueue) {
-	if q.busy || q.queued || len(q.msgs) == 0 || time.Now().Before(q.notBefore) {
+	if q.busy || q.queued || q.blocked || len(q.msgs) == 0 || time.Now().Before(q.notBefore) {
 		return
 	}
 	q.queued = true
@@ -201,6 +228,130 @@ func (t *keyTable) done(h *heldMsg) {
 	t.makeReady(q)
 }
 
+// block settles head h (dead-lettered) and stops its key: the key's
+// later messages stay held, none is handed out, until reopen.
+func (t *keyTable) block(h *heldMsg, dlq uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	q := t.keys[h.key]
+	if q == nil || len(q.msgs) == 0 || q.msgs[0] != h {
+		return
+	}
+	q.msgs[0] = nil
+	q.msgs = q.msgs[1:]
+	q.busy = false
+	q.notBefore = time.Time{}
+	q.blocked, q.blockedBy = true, dlq
+	t.held--
+}
+
+// blockedKeys returns the blocked keys and how many messages each holds.
+func (t *keyTable) blockedKeys() map[string]int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := map[string]int{}
+	for k, q := range t.keys {
+		if q.blocked {
+			out[k] = len(q.msgs)
+		}
+	}
+	return out
+}
+
+// reopen puts m before the key's held messages and lets the key go on
+// when m is the replay of the dead letter that blocked its key
+// (m.replayOf). It returns false, and changes nothing, otherwise, or
+// when the table is full or closed.
+func (t *keyTable) reopen(m *heldMsg) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	q := t.keys[m.key]
+	if t.closed || t.held >= t.cap || q == nil || !q.blocked || q.blockedBy != m.replayOf {
+		return false
+	}
+	m.first = true
+	q.msgs = slices.Insert(q.msgs, 0, m)
+	q.blocked = false
+	t.held++
+	t.makeReady(q)
+	return true
+}
+
+// setBlocked blocks key by dead letter dlq (a block another replica
+// recorded), whether or not the table holds messages of it.
+func (t *keyTable) setBlocked(key string, dlq uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	q := t.keys[key]
+	if q == nil {
+		q = &keyQueue{key: key}
+		t.keys[key] = q
+	}
+	q.blocked, q.blockedBy = true, dlq
+	if q.queued {
+		t.ready = slices.DeleteFunc(t.ready, func(r *keyQueue) bool { return r == q })
+		q.queued = false
+	}
+}
+
+// unblock lets a blocked key go on with its held messages (its block
+// was removed by an operator).
+func (t *keyTable) unblock(key string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	q := t.keys[key]
+	if q == nil || !q.blocked {
+		return
+	}
+	q.blocked, q.blockedBy = false, 0
+	if len(q.msgs) == 0 && !q.busy {
+		delete(t.keys, key)
+		return
+	}
+	t.makeReady(q)
+}
+
+// keysOf returns the keys holding messages of partition p.
+func (t *keyTable) keysOf(p int) []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []string
+	for k, q := range t.keys {
+		if len(q.msgs) > 0 && q.msgs[0].partition == p {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// heldOf counts the messages of partition p pulled in ownership epoch.
+func (t *keyTable) heldOf(p int, epoch uint64) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, q := range t.keys {
+		for _, h := range q.msgs {
+			if h.partition == p && h.epoch == epoch {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// waiting counts the keys with messages held and not being attempted.
+func (t *keyTable) waiting() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, q := range t.keys {
+		if !q.busy && len(q.msgs) > 0 {
+			n++
+		}
+	}
+	return n
+}
+
 // hold keeps head h as its key's head for d (a redelivery backoff): the
 // key, and only it, waits; then it is ready again with the same head.
 func (t *keyTable) hold(h *heldMsg, d time.Duration) {
@@ -240,11 +391,16 @@ func (t *keyTable) handBack(key string) []*heldMsg {
 		return nil
 	}
 	var out []*heldMsg
-	if q.busy {
+	switch {
+	case q.busy:
 		out = slices.Clone(q.msgs[1:])
 		q.msgs = q.msgs[:1]
-	} else {
+	case q.blocked: // the key stays blocked, empty
 		out = q.msgs
+		q.msgs = nil
+	default:
+		out = q.msgs
+		q.msgs = nil
 		t.stopTimer(q)
 		delete(t.keys, key)
 		if q.queued {

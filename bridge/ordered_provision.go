@@ -128,6 +128,12 @@ func partitionConsumerConfig(rc *config.Route, p int) jetstream.ConsumerConfig {
 // (when it exists: the route was unordered before) has acknowledged, so
 // that turning ordering on does not deliver the stream's history again.
 func provisionOrdered(ctx context.Context, js jetstream.JetStream, sc config.Stream, rc *config.Route, warn func(what, key, have, want string)) (*orderedCopy, error) {
+	return provisionCopy(ctx, js, sc, rc, warn, true)
+}
+
+// provisionCopy is provisionOrdered; with pinned false (the hand-over's
+// negative controls only) the partition consumers have no pinned group.
+func provisionCopy(ctx context.Context, js jetstream.JetStream, sc config.Stream, rc *config.Route, warn func(what, key, have, want string), pinned bool) (*orderedCopy, error) {
 	key, err := partitionerOf(rc)
 	if err != nil {
 		return nil, err
@@ -143,7 +149,11 @@ func provisionOrdered(ctx context.Context, js jetstream.JetStream, sc config.Str
 	}
 	for p := range rc.Ordering.Partitions {
 		if err := apiCall(ctx, func(ctx context.Context) error {
-			c, err := oc.stream.CreateOrUpdateConsumer(ctx, partitionConsumerConfig(rc, p))
+			cc := partitionConsumerConfig(rc, p)
+			if !pinned {
+				cc.PriorityGroups, cc.PriorityPolicy, cc.PinnedTTL = nil, jetstream.PriorityPolicyNone, 0
+			}
+			c, err := oc.stream.CreateOrUpdateConsumer(ctx, cc)
 			oc.parts = append(oc.parts, c)
 			return err
 		}); err != nil {

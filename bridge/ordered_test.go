@@ -248,3 +248,54 @@ func TestKeyTableHandBackProgressClose(t *testing.T) {
 		t.Error("a closed table took a message")
 	}
 }
+
+// A dead-lettered head blocks its key (on_dead_letter: block): none of
+// its held messages is handed out, and later ones are held too, while
+// other keys go on; only the replay of that dead letter re-opens the key,
+// at its head (before the messages held since), and the key resumes in
+// copy order. The control is the replay of another dead letter, which
+// re-opens nothing.
+func TestKeyTableBlockReopen(t *testing.T) {
+	tab := newKeyTable(16)
+	defer tab.close()
+	for _, seq := range []uint64{1, 2} {
+		tab.add(held("A", seq))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	a1, _ := tab.next(ctx)
+	tab.block(a1, 7)
+	tab.add(held("A", 3))
+	tab.add(held("B", 4))
+	if h, _ := tab.next(ctx); name(h) != "B4" {
+		t.Fatalf("next %s, want B4 (A is blocked)", name(h))
+	}
+	if got := tab.blockedKeys(); got["A"] != 2 || len(got) != 1 {
+		t.Errorf("blocked keys %v, want A holding 2", got)
+	}
+	other := held("A", 9)
+	other.replayOf = 8
+	if tab.reopen(other) {
+		t.Fatal("the replay of another dead letter re-opened the key")
+	}
+	replay := held("A", 10)
+	replay.replayOf = 7
+	if !tab.reopen(replay) {
+		t.Fatal("the replay of the key's dead letter did not re-open it")
+	}
+	var names []string
+	for range 3 {
+		h, err := tab.next(ctx)
+		if err != nil {
+			t.Fatalf("after %v: %v", names, err)
+		}
+		names = append(names, name(h))
+		tab.done(h)
+	}
+	if want := []string{"A10", "A2", "A3"}; !slices.Equal(names, want) {
+		t.Errorf("after the replay: %v, want %v", names, want)
+	}
+	if got := tab.blockedKeys(); len(got) != 0 {
+		t.Errorf("still blocked: %v", got)
+	}
+}

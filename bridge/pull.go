@@ -60,6 +60,11 @@ type route struct {
 	// progressSlots are the workers' messages in progress, one per worker
 	// (delivery.go).
 	progressSlots []progressSlot
+	// ord delivers an ordered route (ordered_route.go) in place of the
+	// pull loop and worker pool; nil for an unordered route. ordErr is why
+	// it could not be built (Provision reports it).
+	ord    *orderedRoute
+	ordErr error
 }
 
 // load is what a route has in flight.
@@ -85,6 +90,9 @@ func newRoute(b *Bridge, rc *config.Route, d *destination) *route {
 	r.progressSlots = make([]progressSlot, rc.MaxInFlight)
 	r.acks = newAckCompleter(r, rc.MaxInFlight)
 	r.load.gauge = b.m.inFlight.WithLabelValues(rc.Name)
+	if rc.Ordering != nil {
+		r.ord, r.ordErr = newOrderedRoute(r)
+	}
 	return r
 }
 

@@ -411,13 +411,23 @@ func (b *Bridge) rebindAfterStreamLoss(ctx context.Context) bool {
 
 // checkConsumer looks the route's consumer up and counts failures.
 func (b *Bridge) checkConsumer(ctx context.Context, r *route) {
-	c := r.consumer()
-	if c == nil {
-		return
+	var (
+		info *jetstream.ConsumerInfo
+		err  error
+	)
+	if r.ord != nil {
+		if info, err = r.ord.info(ctx); info == nil && err == nil {
+			return // not provisioned yet
+		}
+	} else {
+		c := r.consumer()
+		if c == nil {
+			return
+		}
+		lctx, cancel := context.WithTimeout(ctx, readinessTimeout)
+		info, err = c.Info(lctx)
+		cancel()
 	}
-	lctx, cancel := context.WithTimeout(ctx, readinessTimeout)
-	info, err := c.Info(lctx)
-	cancel()
 	if err == nil {
 		b.m.consumerPending.WithLabelValues(r.cfg.Name).Set(float64(info.NumPending))
 	}

@@ -224,6 +224,7 @@ func (liveReload) retire(run *routeRun, r *route) { run.finish(r) }
 
 func (liveReload) restartKeys(b *Bridge, running, next *config.Config) []string {
 	keys := config.RestartKeys(running, next)
+	keys = append(keys, orderedRestartKeys(running, next)...)
 	if b.idem == nil {
 		for i, rc := range next.Routes {
 			if rc.Idempotency {
@@ -349,6 +350,9 @@ func (b *Bridge) bindAll(ctx context.Context, fresh, cur []*route) error {
 // configuration, as a reload does: a difference from the stored one is
 // the reload itself, not another replica's configuration (bindConsumer).
 func (r *route) updateConsumer(ctx context.Context) error {
+	if r.cfg.Ordering != nil {
+		return r.bindOrdered(ctx)
+	}
 	c, err := r.b.js.CreateOrUpdateConsumer(ctx, r.b.cfg.Stream.Name, consumerConfig(r.cfg))
 	if err != nil {
 		return err

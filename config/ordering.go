@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -42,16 +43,6 @@ const (
 	// DefaultPartitions is ordering.partitions when the key is absent.
 	DefaultPartitions = 16
 )
-
-// ErrOrderingUnsupported is the problem Load reports for a route with an
-// ordering block while this build cannot deliver in order: the block is
-// refused rather than ignored, so that no route is delivered unordered by
-// a bridge its operator believes ordered.
-var ErrOrderingUnsupported = errors.New("not supported by this build yet: this bridge cannot deliver in order, remove ordering to deliver this route unordered")
-
-// orderingSupported says whether this build delivers ordered routes; until
-// it does, validate refuses every ordering block (ErrOrderingUnsupported).
-const orderingSupported = false
 
 // OrderingKey is the key of an ordered route: the whole subject (Tokens
 // nil, written `key: subject`) or the subject tokens at the 1-based
@@ -153,9 +144,9 @@ func CopyStream(stream, route string) string { return stream + "-" + route }
 
 // ordering checks the ordering block of r, the route at path p: its key
 // against the route's subjects (subjects.NewPartitioner's rules), its
-// partitions and on_dead_letter, and that its copy's name is not taken by
-// a stream of the configuration; then, while this build cannot deliver in
-// order, refuses the block.
+// partitions and on_dead_letter, that its copy's name is not taken by a
+// stream of the configuration, and that its destination's timeout leaves
+// room in a partition's lease (OrderedPullExpiry).
 func (v *validator) ordering(c *Config, p string, r *Route) {
 	o := r.Ordering
 	if o == nil {
@@ -182,9 +173,25 @@ func (v *validator) ordering(c *Config, p string, r *Route) {
 		v.addf(op+".partitions", "must be 1 to %d, got %s", MaxPartitions, v.val(op+".partitions", o.Partitions))
 	}
 	v.oneOf(op+".on_dead_letter", o.OnDeadLetter, OnDeadLetterContinue, OnDeadLetterBlock)
-	if !orderingSupported {
-		v.addf(op, "%v", ErrOrderingUnsupported)
+	if d := c.Destinations[r.Destination]; d != nil && r.AckWait > 0 {
+		if most := OrderedMaxTimeout(r.AckWait.D()); d.Timeout.D() > most {
+			v.addf(op, "destination %s has timeout %s, more than %s: an ordered route with ack_wait %s gives each try at most ack_wait + 1s - %s (its partitions' pinned TTL less one pull and a margin); lower the timeout or raise ack_wait",
+				r.Destination, d.Timeout, most, r.AckWait, OrderedPullExpiry(r.AckWait.D())+500*time.Millisecond)
+		}
 	}
+}
+
+// OrderedPullExpiry is how long an ordered route's pulls stay open: a
+// third of its partitions' pinned TTL (ack_wait + 1s), from 1s to 5s.
+func OrderedPullExpiry(ackWait time.Duration) time.Duration {
+	return min(max((ackWait+time.Second)/3, time.Second), 5*time.Second)
+}
+
+// OrderedMaxTimeout is the longest destination timeout an ordered route
+// with ackWait allows: a try must end inside the partition's lease, which
+// a live owner renews with every pull (docs/delivery.md#ordered-delivery).
+func OrderedMaxTimeout(ackWait time.Duration) time.Duration {
+	return ackWait + time.Second - OrderedPullExpiry(ackWait) - 500*time.Millisecond
 }
 
 // orderingTokens checks the key tokens at path: a non-empty list of

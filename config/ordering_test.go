@@ -23,10 +23,6 @@ routes:
 ` + block
 }
 
-// refusal is the line every ordering block gets while this build cannot
-// deliver in order.
-const refusal = "test.yaml:8: routes[0].ordering: not supported by this build yet"
-
 // problems loads yml and returns its error lines.
 func problems(t *testing.T, yml string) []string {
 	t.Helper()
@@ -42,12 +38,11 @@ func problems(t *testing.T, yml string) []string {
 }
 
 // Each problem of an ordering block is reported with its key path and
-// line, alongside the refusal of this build; a valid block gets the
-// refusal only.
+// line; a valid block loads.
 func TestOrderingValidation(t *testing.T) {
 	tests := []struct {
 		name, subj, block string
-		want              []string // besides the refusal, in order
+		want              []string // in order
 	}{
 		{"defaults", `["events.>"]`, "      key: subject\n", nil},
 		{"tokens", `["events.*.care.>"]`, "      key: {tokens: [4, 2]}\n      partitions: 256\n      on_dead_letter: block\n", nil},
@@ -87,18 +82,12 @@ func TestOrderingValidation(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			got := problems(t, orderedRoute(tt.subj, tt.block))
 			want := slices.Clone(tt.want)
-			if !slices.ContainsFunc(want, func(w string) bool { return strings.Contains(w, " unknown key ") || strings.Contains(w, ": want ") }) {
-				// A decoding problem hides the validation of the rest
-				// only when the rest cannot be decoded without it;
-				// otherwise the refusal is listed too.
-				want = append(want, refusal)
-			}
 			for _, w := range want {
 				if !slices.ContainsFunc(got, func(g string) bool { return strings.HasPrefix(g, w) }) {
 					t.Errorf("missing %q in:\n%s", w, strings.Join(got, "\n"))
 				}
 			}
-			if len(got) > len(want)+1 {
+			if len(got) > len(want) {
 				t.Errorf("%d problems, want %d:\n%s", len(got), len(want), strings.Join(got, "\n"))
 			}
 		})
@@ -123,19 +112,20 @@ func TestOrderingCopyNameTaken(t *testing.T) {
 	}
 }
 
-// While this build cannot deliver in order, a route with ordering is
-// refused, whatever the block holds; the control is the same file
-// without the block, which loads.
-func TestOrderingRefusedByThisBuild(t *testing.T) {
-	yml := orderedRoute(`["events.>"]`, "      key: {tokens: [3]}\n")
+// An ordered route's destination timeout must fit in a partition's lease
+// (ack_wait + 1s less a pull and a margin): with ack_wait 2s at most 1.5s.
+// The control is the same file with a timeout that fits, which loads.
+func TestOrderingTimeoutFitsLease(t *testing.T) {
+	yml := strings.Replace(orderedRoute(`["events.>"]`, "      key: {tokens: [3]}\n"), "    url: http://127.0.0.1:9091/hook\n",
+		"    url: http://127.0.0.1:9091/hook\n    timeout: 2s\n", 1) + "    ack_wait: 2s\n"
 	got := problems(t, yml)
-	if len(got) != 1 || !strings.HasPrefix(got[0], refusal) {
-		t.Fatalf("problems:\n%s\nwant only %q", strings.Join(got, "\n"), refusal)
+	want := "test.yaml:9: routes[0].ordering: destination hook has timeout 2s, more than 1.5s"
+	if len(got) != 1 || !strings.HasPrefix(got[0], want) {
+		t.Fatalf("problems:\n%s\nwant only %q", strings.Join(got, "\n"), want)
 	}
-	unordered, _, _ := strings.Cut(yml, "    ordering:\n")
-	c := mustLoad(t, unordered, nil)
-	if c.Routes[0].Ordering != nil {
-		t.Fatalf("ordering = %+v without the block", c.Routes[0].Ordering)
+	c := mustLoad(t, strings.Replace(yml, "timeout: 2s", "timeout: 1500ms", 1), nil)
+	if c.Routes[0].Ordering == nil || c.Routes[0].Ordering.Partitions != DefaultPartitions {
+		t.Fatalf("ordering = %+v", c.Routes[0].Ordering)
 	}
 }
 

@@ -180,6 +180,28 @@ type checkRoute struct {
 	MaxInFlight       int      `json:"max_in_flight"`
 	RedeliverStatuses []int    `json:"redeliver_statuses"`
 	Idempotency       bool     `json:"idempotency"`
+	// Ordering is an ordered route's key and partitions; nil: unordered.
+	Ordering *checkOrdering `json:"ordering,omitempty"`
+}
+
+// checkOrdering is an ordered route's ordering (docs/delivery.md#ordered-delivery).
+type checkOrdering struct {
+	Key          string `json:"key"`
+	Partitions   int    `json:"partitions"`
+	Copy         string `json:"copy"`
+	PinnedTTL    string `json:"pinned_ttl"`
+	OnDeadLetter string `json:"on_dead_letter"`
+}
+
+// orderingRow is route rt's ordering, nil when it is unordered. The
+// pinned TTL (the hand-over bound) is ack_wait + 1s.
+func orderingRow(cfg *config.Config, rt *config.Route) *checkOrdering {
+	o := rt.Ordering
+	if o == nil {
+		return nil
+	}
+	return &checkOrdering{o.Key.String(), o.Partitions, config.CopyStream(cfg.Stream.Name, rt.Name),
+		(rt.AckWait.D() + time.Second).String(), o.OnDeadLetter}
 }
 
 // checkDestination is one destination as the table shows it: the URL
@@ -221,7 +243,7 @@ func newCheckReport(cfg *config.Config, source string, warnings []configWarning)
 			backoff[i] = b.String()
 		}
 		r.Routes = append(r.Routes, checkRoute{rt.Name, rt.Subjects, rt.Destination, rt.MaxDeliver, backoff,
-			rt.AckWait.String(), rt.MaxInFlight, rt.RedeliverStatuses, rt.Idempotency})
+			rt.AckWait.String(), rt.MaxInFlight, rt.RedeliverStatuses, rt.Idempotency, orderingRow(cfg, rt)})
 	}
 	for _, name := range cfg.DestinationNames() {
 		r.Destinations = append(r.Destinations, destinationRow(name, cfg.Destinations[name], cfg.Log.URLPaths))
@@ -297,6 +319,7 @@ func printRoutingTable(w io.Writer, cfg *config.Config, source string) {
 			r.MaxDeliver, strings.Join(backoff, ","), r.AckWait, r.MaxInFlight, ints(r.RedeliverStatuses), r.Idempotency)
 	}
 	tw.Flush()
+	printOrdering(w, cfg)
 
 	fmt.Fprintln(w, "\ndestinations:")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -304,6 +327,27 @@ func printRoutingTable(w io.Writer, cfg *config.Config, source string) {
 	for _, name := range cfg.DestinationNames() {
 		d := destinationRow(name, cfg.Destinations[name], cfg.Log.URLPaths)
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Name, d.URL, d.Format, d.Timeout, d.TransportRetry, d.StatusRetry, d.CircuitBreaker, d.Signed, d.FlowControl, baggageText(d.ForwardBaggage))
+	}
+	tw.Flush()
+}
+
+// printOrdering writes the ordered routes' keys and partitions, if any.
+func printOrdering(w io.Writer, cfg *config.Config) {
+	var rows []*checkOrdering
+	var names []string
+	for _, rt := range cfg.Routes {
+		if o := orderingRow(cfg, rt); o != nil {
+			rows, names = append(rows, o), append(names, rt.Name)
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nordering:")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  ROUTE\tKEY\tPARTITIONS\tCOPY\tPINNED TTL\tON DEAD LETTER")
+	for i, o := range rows {
+		fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%s\t%s\n", names[i], o.Key, o.Partitions, o.Copy, o.PinnedTTL, o.OnDeadLetter)
 	}
 	tw.Flush()
 }

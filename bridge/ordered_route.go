@@ -1,0 +1,951 @@
+package bridge
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"reflect"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sotercare/jetbridge/config"
+	"github.com/sotercare/jetbridge/deadletter"
+	"github.com/sotercare/jetbridge/subjects"
+)
+
+// This file delivers an ordered route (docs/delivery.md#ordered-delivery):
+// the messages of its partitioned copy (ordered_provision.go), pulled per
+// partition, held per key in the key table (ordered.go), and delivered
+// one head per key at a time by the route's usual stages (delivery.go).
+//
+// Invariants:
+//
+//   - A partition's messages are worked on only while this replica owns
+//     it: a message of the partition arrived with the server's pin id, no
+//     pull since was refused with a wrong pin (423), and the lease has not
+//     passed. The lease ends PinnedTTL after the sending of the last pull
+//     the server answered with our pin, less a margin: the server cannot
+//     give the pin to another replica before then. Every attempt of a
+//     partition runs on a context cut leaseCut before the lease ends, so
+//     no try of this replica is still running when another replica may
+//     start one.
+//   - A replica that gains a partition (a new pin id) is fenced: it starts
+//     nothing of it until every message the partition's consumer has
+//     unacknowledged is in this process (NumAckPending <= what it holds),
+//     i.e. until the previous owner's messages came back. Then its keys
+//     start in copy-sequence order.
+//   - A head whose attempt is to be retried later is held in the process
+//     (keyTable.hold), never handed back with a delay while the partition
+//     is owned; every held message gets progress acks.
+//   - What is not worked on when a partition is lost, or the route stops,
+//     is handed back (NakWithDelay interruptedDelay) in copy order, key by
+//     key; on a graceful stop the partition is then unpinned, so the next
+//     owner is pinned at once.
+//   - The messages in the process never exceed B (orderedBuffer): every
+//     pulled message holds one of the route's B tokens until it leaves.
+
+// leaseMargin is taken off the lease for the time between a pull's
+// sending and its arrival at the server, which starts the pin's timer.
+const leaseMargin = 100 * time.Millisecond
+
+// fenceEvery is how long a fenced partition's pulls stay open, so that
+// the fence is checked at least that often.
+const fenceEvery = 250 * time.Millisecond
+
+// leaseHold is how long a key waits when its partition's lease is too
+// short for a try; it is not counted as an attempt.
+const leaseHold = 100 * time.Millisecond
+
+// orderedConfig is how an ordered route pulls and holds.
+type orderedConfig struct {
+	buffer    int           // B: messages in the process at most
+	batch     int           // one pull's most messages
+	expiry    time.Duration // how long a pull stays open
+	pinnedTTL time.Duration // the partition consumers' PinnedTTL
+	leaseCut  time.Duration // attempts end this long before the lease
+	// pinned: the partitions are pinned (priority group, fence, lease).
+	// Only the negative controls of the hand-over turn it off.
+	pinned bool
+	// holdMax is the longest redelivery delay held in the process: every
+	// delay is (math.MaxInt64); only negative controls lower it.
+	holdMax time.Duration
+}
+
+// orderedConfigOf is the configuration of ordered route rc: the pull
+// expiry is a third of PinnedTTL (so an idle owner pulls well within
+// it), between a second and fetchWait.
+func orderedConfigOf(rc *config.Route, timeout time.Duration) orderedConfig {
+	ttl := partitionPinnedTTL(rc)
+	b := orderedBuffer(rc)
+	return orderedConfig{
+		buffer:    b,
+		batch:     max(1, min(2*rc.MaxInFlight, b/rc.Ordering.Partitions)),
+		expiry:    config.OrderedPullExpiry(rc.AckWait.D()),
+		pinnedTTL: ttl,
+		leaseCut:  timeout,
+		pinned:    true,
+		holdMax:   math.MaxInt64,
+	}
+}
+
+// orderedRoute is the ordered delivery of one route.
+type orderedRoute struct {
+	r     *route
+	cfg   orderedConfig
+	key   *subjects.Partitioner
+	tab   *keyTable
+	block bool // on_dead_letter: block
+	// tokens: one per message in the process (B).
+	tokens chan struct{}
+
+	// Set by provision, once: the copy and one consumer handle per
+	// partition, kept for the process's life (the pin id lives on it).
+	stream jetstream.Stream
+	parts  []*partition
+	// blocks is the bucket holding the route's block records (on_dead_letter:
+	// block only; nil otherwise), which every replica watches.
+	blocks jetstream.KeyValue
+
+	workers sync.WaitGroup
+	pullers sync.WaitGroup
+	// work is the context attempts run on (set by start).
+	work context.Context
+	m    *routeOrdering
+}
+
+// partition is one partition of an ordered route as this replica sees it.
+type partition struct {
+	n    int
+	name string
+	cons jetstream.Consumer
+
+	mu       sync.Mutex
+	owned    bool
+	pin      string
+	epoch    uint64 // ownership epochs: a new one on every gain
+	fenced   bool
+	fencedAt time.Time
+	pending  []*heldMsg // pulled while fenced, copy order
+	leaseEnd time.Time
+	cut      *time.Timer
+	// stop and work of the current epoch: cancelled when it ends.
+	stop, work             context.Context
+	cancelStop, cancelWork context.CancelFunc
+}
+
+func newOrderedRoute(r *route) (*orderedRoute, error) {
+	key, err := partitionerOf(r.cfg)
+	if err != nil {
+		return nil, fmt.Errorf("bridge: route %s: ordering: %w", r.cfg.Name, err)
+	}
+	cfg := orderedConfigOf(r.cfg, r.dest.cfg.Timeout.D())
+	o := &orderedRoute{
+		r: r, cfg: cfg, key: key, tab: newKeyTable(cfg.buffer),
+		block:  r.cfg.Ordering.OnDeadLetter == config.OnDeadLetterBlock,
+		tokens: make(chan struct{}, cfg.buffer),
+		m:      r.b.m.ordered.forRoute(r.cfg.Name),
+	}
+	return o, nil
+}
+
+// provision creates or binds the copy and the partition consumers. The
+// consumer handles are taken the first time only: a handle carries its
+// partition's pin id.
+func (o *orderedRoute) provision(ctx context.Context) error {
+	r := o.r
+	oc, err := provisionCopy(ctx, r.b.js, r.b.cfg.Stream, r.cfg, r.b.warnDiffers, o.cfg.pinned)
+	if err != nil {
+		return err
+	}
+	if o.parts != nil {
+		return nil
+	}
+	if o.block {
+		kv, err := ensureBucket(ctx, r.b.js, fleetBucketConfig(r.b.cfg.Stream), r.b.warnDiffers)
+		if err != nil {
+			return fmt.Errorf("bucket %s: %w", fleetBucketName(r.b.cfg.Stream.Name), err)
+		}
+		o.blocks = kv
+	}
+	o.stream = oc.stream
+	for p, c := range oc.parts {
+		o.parts = append(o.parts, &partition{n: p, name: partitionConsumerName(r.cfg.Name, p), cons: c})
+	}
+	return nil
+}
+
+// start starts the partitions' pulls and the workers; the route's
+// progress loop keeps the held messages (keepHeld).
+func (o *orderedRoute) start(stop, work context.Context) {
+	o.work = work
+	for _, p := range o.parts {
+		if !o.cfg.pinned {
+			o.gain(stop, p, "")
+		}
+		o.pullers.Go(func() { o.pull(stop, p) })
+	}
+	for w := range o.r.cfg.MaxInFlight {
+		o.workers.Go(func() { o.worker(stop, w) })
+	}
+	if o.blocks != nil {
+		o.pullers.Go(func() { o.watchBlocks(stop) })
+	}
+}
+
+// stopPulling waits for the pulls, which end with stop.
+func (o *orderedRoute) stopPulling() { o.pullers.Wait() }
+
+// finish waits for the workers (they settle what they work on), then
+// hands back every message still held and unpins the partitions this
+// replica owns.
+func (o *orderedRoute) finish() {
+	o.workers.Wait()
+	for _, p := range o.parts {
+		o.handBackPartition(p, "stopping")
+	}
+	o.tab.close()
+	if !o.cfg.pinned || o.stream == nil {
+		for _, p := range o.parts {
+			p.mu.Lock()
+			if p.cut != nil {
+				p.cut.Stop()
+			}
+			p.mu.Unlock()
+		}
+		return
+	}
+	for _, p := range o.parts {
+		p.mu.Lock()
+		owned := p.owned
+		p.owned = false
+		if p.cut != nil {
+			p.cut.Stop()
+		}
+		p.mu.Unlock()
+		if !owned {
+			continue
+		}
+		o.m.changed("released")
+		ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+		if err := o.stream.UnpinConsumer(ctx, p.name, orderingGroup); err != nil {
+			o.r.log.Debug().Int("partition", p.n).Str("error", err.Error()).Msg("unpinning a partition failed; it moves after its pinned TTL")
+		}
+		cancel()
+	}
+}
+
+// acquire takes up to n tokens, waiting at most wait for the first.
+func (o *orderedRoute) acquire(ctx context.Context, n int, wait time.Duration) int {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case o.tokens <- struct{}{}:
+	case <-t.C:
+		return 0
+	case <-ctx.Done():
+		return 0
+	}
+	got := 1
+	for got < n {
+		select {
+		case o.tokens <- struct{}{}:
+			got++
+		default:
+			return got
+		}
+	}
+	return got
+}
+
+func (o *orderedRoute) release(n int) {
+	for range n {
+		<-o.tokens
+	}
+}
+
+// pull is partition p's pull loop. An owned partition's pin is renewed
+// at least every pull expiry, whatever happens: while the destination's
+// breaker is open, or while the route holds all it may, the loop sends
+// keep-alive pulls instead of waiting, so an owner never loses its
+// partitions (and its held messages their delivery budget) to an outage
+// or a full buffer.
+func (o *orderedRoute) pull(ctx context.Context, p *partition) {
+	pause := newRetryBackoff()
+	failures := 0 // pull failures in a row: the first is logged as a warning
+	half := o.cfg.expiry / 2
+	for ctx.Err() == nil {
+		p.mu.Lock()
+		owned, fenced := p.owned, p.fenced
+		p.mu.Unlock()
+		alive := owned && o.cfg.pinned
+		wctx, cancel := context.WithTimeout(ctx, half)
+		err := o.r.dest.waitUsable(wctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil { // the breaker is open
+			if alive {
+				o.keepAlive(ctx, p, half)
+			}
+			continue
+		}
+		if fenced {
+			o.checkFence(ctx, p)
+		}
+		expiry := o.cfg.expiry
+		if fenced {
+			expiry = fenceEvery
+		}
+		n := o.acquire(ctx, o.cfg.batch, min(expiry, half))
+		if ctx.Err() != nil {
+			o.release(n)
+			return
+		}
+		if n == 0 {
+			if alive {
+				o.keepAlive(ctx, p, half)
+			}
+			continue
+		}
+		if err := o.fetch(ctx, p, n, expiry); err != nil && ctx.Err() == nil {
+			failures++
+			e := o.r.log.Debug()
+			if failures == 1 {
+				e = o.r.log.Warn()
+			}
+			e.Int("partition", p.n).Int("failures", failures).Str("error", err.Error()).Msg("pull failed")
+			sleep(ctx, min(pause.NextBackOff(), half))
+			continue
+		}
+		failures = 0
+		pause.Reset()
+	}
+}
+
+// fetch makes one pull of n (tokens taken) on p.
+func (o *orderedRoute) fetch(ctx context.Context, p *partition, n int, expiry time.Duration) error {
+	fctx, cancel := context.WithTimeout(ctx, expiry)
+	defer cancel()
+	opts := []jetstream.FetchOpt{jetstream.FetchContext(fctx)}
+	if expiry >= 2*time.Second {
+		opts = append(opts, jetstream.FetchHeartbeat(fetchHeartbeat))
+	}
+	if o.cfg.pinned {
+		opts = append(opts, jetstream.FetchPriorityGroup(orderingGroup))
+	}
+	sent := time.Now()
+	batch, err := p.cons.Fetch(n, opts...)
+	if err != nil {
+		o.release(n)
+		return err
+	}
+	got := 0
+	for m := range batch.Messages() {
+		got++
+		o.receive(ctx, p, m, sent)
+	}
+	o.release(n - got)
+	return o.answered(ctx, p, batch.Error(), sent)
+}
+
+// keepAlive keeps an owned partition's pin while it pulls nothing else:
+// a pull of one byte, which delivers nothing (a pending message ends it
+// at once, then it is paced by the wait before it), open at most wait.
+func (o *orderedRoute) keepAlive(ctx context.Context, p *partition, wait time.Duration) {
+	fctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	sent := time.Now()
+	batch, err := p.cons.FetchBytes(1, jetstream.FetchContext(fctx), jetstream.FetchPriorityGroup(orderingGroup))
+	if err != nil {
+		return
+	}
+	for m := range batch.Messages() { // cannot happen: no message fits in 1 byte
+		o.r.log.Error().Int("partition", p.n).Msg("a keep-alive pull delivered a message; handed back")
+		_ = m.NakWithDelay(interruptedDelay)
+	}
+	_ = o.answered(ctx, p, batch.Error(), sent)
+}
+
+// answered takes the end of a pull sent at sent: a wrong pin loses the
+// partition; a pull the server answered renews an owned partition's
+// lease, if it was sent while the lease held. It returns the pull's
+// failure, nil for an answer.
+func (o *orderedRoute) answered(ctx context.Context, p *partition, err error, sent time.Time) error {
+	switch {
+	case errors.Is(err, jetstream.ErrPinIDMismatch):
+		o.lose(p, "the server pinned another replica")
+		return nil
+	case err == nil, errors.Is(err, jetstream.ErrNoMessages):
+		o.renew(p, sent)
+		return nil
+	case ctx.Err() != nil, errors.Is(err, context.DeadlineExceeded):
+		return nil // no answer: the lease is not renewed
+	}
+	return err
+}
+
+// renew extends an owned partition's lease to sent + PinnedTTL.
+func (o *orderedRoute) renew(p *partition, sent time.Time) {
+	if !o.cfg.pinned {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.owned || !sent.Before(p.leaseEnd) {
+		return
+	}
+	p.leaseEnd = sent.Add(o.cfg.pinnedTTL - leaseMargin)
+	p.cut.Reset(time.Until(p.leaseEnd) - o.cfg.leaseCut)
+}
+
+// receive takes a pulled message of p (its token is taken).
+func (o *orderedRoute) receive(ctx context.Context, p *partition, m jetstream.Msg, sent time.Time) {
+	r := o.r
+	r.bound.received.Add(1)
+	if o.cfg.pinned {
+		pin := m.Headers().Get(headerPinID)
+		p.mu.Lock()
+		same := p.owned && pin == p.pin
+		p.mu.Unlock()
+		if !same {
+			o.lose(p, "a new pin")
+			o.gain(ctx, p, pin)
+			o.renew(p, sent)
+		}
+	}
+	cm, err := newCopyMsg(m, r.b.cfg.Stream.Name)
+	if err != nil {
+		// Not a message the source stream gave the copy: nothing to
+		// deliver, never anything to order.
+		r.log.Warn().Int("partition", p.n).Str("error", err.Error()).Msg("message of the partitioned copy terminated: not copied from the source stream")
+		_ = m.TermWithReason("jetbridge: not copied from the source stream")
+		o.release(1)
+		return
+	}
+	md, _ := cm.Metadata()
+	h := &heldMsg{msg: m, cm: cm, key: o.key.Key(cm.Subject()), partition: p.n, copySeq: cm.copySeq,
+		base: md.NumDelivered, keep: time.Now()}
+	if v := cm.Headers().Get(deadletter.HeaderReplayedFrom); v != "" {
+		h.replayOf, _ = strconv.ParseUint(v, 10, 64)
+	}
+	p.mu.Lock()
+	h.epoch = p.epoch
+	if p.fenced {
+		p.pending = append(p.pending, h)
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
+	o.add(h)
+}
+
+// add puts h in the key table, or drops this handle of a message held
+// already (a redelivery of it).
+func (o *orderedRoute) add(h *heldMsg) {
+	if h.replayOf != 0 && o.tab.reopen(h) {
+		o.r.log.Info().Uint64("dlq_seq", h.replayOf).Msg("replayed dead letter re-opens its blocked key")
+		return
+	}
+	if !o.tab.add(h) {
+		o.release(1)
+	}
+}
+
+// gain makes p owned with pin, fenced until the previous owner's messages
+// are back (not fenced without pinning).
+func (o *orderedRoute) gain(ctx context.Context, p *partition, pin string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.owned, p.pin = true, pin
+	p.epoch++
+	p.stop, p.cancelStop = context.WithCancel(ctx)
+	p.work, p.cancelWork = context.WithCancel(o.work)
+	if !o.cfg.pinned {
+		return
+	}
+	p.fenced, p.fencedAt = true, time.Now()
+	p.leaseEnd = time.Now() // renewed by the caller
+	if p.cut != nil {
+		p.cut.Stop()
+	}
+	// The cut: leaseCut before the lease ends without a renewal, the
+	// partition is given up and its attempts are cut off.
+	epoch := p.epoch
+	p.cut = time.AfterFunc(time.Hour, func() { o.loseEpoch(p, epoch, "its lease passed (no pull answered)") })
+	o.m.changed("acquired")
+	o.r.log.Info().Int("partition", p.n).Msg("partition acquired; fenced until its unacknowledged messages are here")
+}
+
+// checkFence ends p's fence once every unacknowledged message of p's
+// consumer is in this process.
+func (o *orderedRoute) checkFence(ctx context.Context, p *partition) {
+	ictx, cancel := context.WithTimeout(ctx, readinessTimeout)
+	info, err := p.cons.Info(ictx)
+	cancel()
+	if err != nil {
+		return
+	}
+	p.mu.Lock()
+	if !p.fenced {
+		p.mu.Unlock()
+		return
+	}
+	here := len(p.pending) + o.tab.heldOf(p.n, p.epoch)
+	if info.NumAckPending > here {
+		p.mu.Unlock()
+		return
+	}
+	pending := p.pending
+	p.pending, p.fenced = nil, false
+	since := p.fencedAt
+	p.mu.Unlock()
+	for _, h := range pending {
+		o.add(h)
+	}
+	o.m.fence.Observe(time.Since(since).Seconds())
+	o.r.log.Info().Int("partition", p.n).Int("held", len(pending)).Str("fenced_for", time.Since(since).Round(time.Millisecond).String()).Msg("partition fence released")
+}
+
+// lose ends this replica's ownership of p (if it owned it): what it holds
+// of p is handed back, and attempts still running are cut.
+func (o *orderedRoute) lose(p *partition, why string) { o.loseEpoch(p, 0, why) }
+
+// loseEpoch is lose, only if p's ownership is still epoch (0: any).
+func (o *orderedRoute) loseEpoch(p *partition, epoch uint64, why string) {
+	p.mu.Lock()
+	if !p.owned || epoch != 0 && p.epoch != epoch {
+		p.mu.Unlock()
+		return
+	}
+	p.owned = false
+	if p.cut != nil {
+		p.cut.Stop()
+	}
+	p.cancelStop()
+	p.cancelWork()
+	p.mu.Unlock()
+	o.m.changed("lost")
+	o.r.log.Warn().Int("partition", p.n).Str("why", why).Msg("partition lost; handing back what this replica holds of it")
+	o.handBackPartition(p, why)
+}
+
+// handBackPartition hands back p's messages held and not being attempted,
+// key by key in copy order, and those pulled while fenced.
+func (o *orderedRoute) handBackPartition(p *partition, why string) {
+	p.mu.Lock()
+	pending := p.pending
+	p.pending = nil
+	p.mu.Unlock()
+	n := 0
+	for _, k := range o.tab.keysOf(p.n) {
+		n += o.handBack(o.tab.handBack(k))
+	}
+	n += o.handBack(pending)
+	if n > 0 {
+		o.r.log.Info().Int("partition", p.n).Int("messages", n).Str("why", why).Msg("handed back")
+	}
+}
+
+// handBack gives msgs (one key's, in copy order) back to JetStream.
+func (o *orderedRoute) handBack(msgs []*heldMsg) int {
+	for _, h := range msgs {
+		h.settleOff()
+		_ = h.msg.NakWithDelay(interruptedDelay)
+	}
+	o.release(len(msgs))
+	return len(msgs)
+}
+
+// settleOff stops h's progress acks for good.
+func (h *heldMsg) settleOff() {
+	h.mu.Lock()
+	h.gone = true
+	h.mu.Unlock()
+}
+
+// current returns p's contexts when h was pulled in p's current
+// ownership, else false.
+func (p *partition) current(h *heldMsg) (stop, work context.Context, leaseEnd time.Time, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.owned || h.epoch != p.epoch {
+		return nil, nil, time.Time{}, false
+	}
+	return p.stop, p.work, p.leaseEnd, true
+}
+
+// worker w takes heads from the key table until stop ends.
+func (o *orderedRoute) worker(stop context.Context, w int) {
+	r := o.r
+	d := new(delivery)
+	for {
+		h, err := o.tab.next(stop)
+		if err != nil {
+			return
+		}
+		p := o.parts[h.partition]
+		pstop, pwork, leaseEnd, ok := p.current(h)
+		switch {
+		case !ok:
+			o.after(h, d, false)
+			continue
+		case o.cfg.pinned && time.Now().Add(o.cfg.leaseCut).After(leaseEnd):
+			h.attempts--
+			o.m.held("lease")
+			o.tab.hold(h, leaseHold)
+			continue
+		}
+		h.cm.md.NumDelivered = h.base - 1 + uint64(h.attempts)
+		d.head = h
+		r.handle(pstop, pwork, d, h.cm, w)
+		o.after(h, d, true)
+		d.head = nil
+	}
+}
+
+// keep reports whether the redelivery of head h after delay is held in
+// the process: always while h's partition is owned in h's epoch and the
+// route runs. Otherwise h is handed back (its progress acks stop now).
+func (o *orderedRoute) keep(h *heldMsg, delay time.Duration) bool {
+	stop, _, _, ok := o.parts[h.partition].current(h)
+	if ok && stop.Err() == nil && delay <= o.cfg.holdMax {
+		return true
+	}
+	h.settleOff()
+	return false
+}
+
+// after moves h's key on once h's delivery d is settled (attempted:
+// false when h was not attempted: its partition was lost).
+func (o *orderedRoute) after(h *heldMsg, d *delivery, attempted bool) {
+	switch {
+	case !attempted:
+		h.settleOff()
+		_ = h.msg.NakWithDelay(interruptedDelay)
+		o.tab.done(h)
+		o.release(1)
+		o.handBack(o.tab.handBack(h.key))
+	case d.kept:
+		o.m.held("backoff")
+		o.tab.hold(h, d.keptFor)
+	case d.action == actAck:
+		h.settleOff()
+		o.tab.done(h)
+		o.release(1)
+		o.unrecord(h)
+	case d.action == actDeadLetter && o.block:
+		h.settleOff()
+		o.tab.block(h, d.dlq)
+		o.release(1)
+		o.record(h, d.dlq)
+		o.r.log.Warn().Int("partition", h.partition).Str("block", blockID(h.key)).Uint64("dlq_seq", d.dlq).Msg("key blocked by its dead letter (on_dead_letter: block) until the dead letter is replayed")
+	case d.action == actDeadLetter:
+		h.settleOff()
+		o.tab.done(h)
+		o.release(1)
+		o.unrecord(h)
+	default: // handed back with a delay (settle sent NakWithDelay)
+		o.tab.done(h)
+		o.release(1)
+		o.handBack(o.tab.handBack(h.key))
+	}
+}
+
+// keepHeld sends InProgress for every held message not kept for every
+// (a third of ack_wait), and sets the route's gauges. The route's
+// progress loop calls it on each of its ticks.
+func (o *orderedRoute) keepHeld(now time.Time, every time.Duration) {
+	o.m.gauges(o.status())
+	for _, h := range o.heldAll() {
+		h.mu.Lock()
+		if !h.gone && now.Sub(h.keep) >= every {
+			h.keep = now
+			_ = h.msg.InProgress()
+		}
+		h.mu.Unlock()
+	}
+}
+
+// heldAll is every message in the process: the table's and the fenced.
+func (o *orderedRoute) heldAll() []*heldMsg {
+	out := o.tab.heldMsgs()
+	for _, p := range o.parts {
+		p.mu.Lock()
+		out = append(out, p.pending...)
+		p.mu.Unlock()
+	}
+	return out
+}
+
+// info sums the partition consumers' state (pending, ack pending,
+// redelivered) for the readiness watch and /status; nil before provision.
+func (o *orderedRoute) info(ctx context.Context) (*jetstream.ConsumerInfo, error) {
+	if o.parts == nil {
+		return nil, nil
+	}
+	sum := &jetstream.ConsumerInfo{Stream: config.CopyStream(o.r.b.cfg.Stream.Name, o.r.cfg.Name)}
+	for _, p := range o.parts {
+		lctx, cancel := context.WithTimeout(ctx, readinessTimeout)
+		in, err := p.cons.Info(lctx)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("partition %d: %w", p.n, err)
+		}
+		sum.NumPending += in.NumPending
+		sum.NumAckPending += in.NumAckPending
+		sum.NumRedelivered += in.NumRedelivered
+	}
+	return sum, nil
+}
+
+// OrderingStatus is an ordered route's state in this replica, as /status
+// shows it.
+type OrderingStatus struct {
+	Partitions  int          `json:"partitions"`
+	Owned       []int        `json:"owned"`
+	Fenced      []int        `json:"fenced,omitempty"`
+	Held        int          `json:"held"`         // messages in the process
+	KeysWaiting int          `json:"keys_waiting"` // keys with messages held, not being attempted
+	BlockedKeys []BlockedKey `json:"blocked_keys"`
+}
+
+// BlockedKey is a key stopped by its dead letter (on_dead_letter: block).
+// The key is shown: it is made of subject tokens, as a subject is in logs.
+type BlockedKey struct {
+	Key string `json:"key"`
+	// ID names its block record: key ord.<route>.blocked.<id> of the
+	// bucket <stream>_BRIDGE.
+	ID   string `json:"id"`
+	Held int    `json:"held"` // its later messages, held in the process
+}
+
+func (o *orderedRoute) status() *OrderingStatus {
+	st := &OrderingStatus{Partitions: len(o.parts), Owned: []int{}, BlockedKeys: []BlockedKey{}}
+	for _, p := range o.parts {
+		p.mu.Lock()
+		if p.owned {
+			st.Owned = append(st.Owned, p.n)
+		}
+		if p.owned && p.fenced {
+			st.Fenced = append(st.Fenced, p.n)
+		}
+		st.Held += len(p.pending)
+		p.mu.Unlock()
+	}
+	st.Held += len(o.tab.heldMsgs())
+	st.KeysWaiting = o.tab.waiting()
+	for k, n := range o.tab.blockedKeys() {
+		st.BlockedKeys = append(st.BlockedKeys, BlockedKey{Key: k, ID: blockID(k), Held: n})
+	}
+	return st
+}
+
+// orderingMetrics are the ordering series (docs/operating.md#metrics),
+// by route.
+type orderingMetrics struct {
+	changes  *prometheus.CounterVec   // route, change: acquired, lost, released
+	heldKeys *prometheus.GaugeVec     // route
+	blocked  *prometheus.GaugeVec     // route
+	holds    *prometheus.CounterVec   // route, reason: backoff, lease
+	fence    *prometheus.HistogramVec // route
+}
+
+func newOrderingMetrics() *orderingMetrics {
+	return &orderingMetrics{
+		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bridge_partition_ownership_changes_total",
+			Help: "Partitions of an ordered route this replica acquired, lost (another replica was pinned, or the lease passed) or released (stopping), by route and change.",
+		}, []string{"route", "change"}),
+		heldKeys: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "bridge_ordering_held_keys",
+			Help: "Keys of an ordered route with messages held in this replica and none being attempted (in backoff, blocked, or waiting for a worker), by route.",
+		}, []string{"route"}),
+		blocked: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "bridge_ordering_blocked_keys",
+			Help: "Keys of an ordered route stopped by a dead letter (on_dead_letter: block) in this replica, by route.",
+		}, []string{"route"}),
+		holds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bridge_ordering_holds_total",
+			Help: "Heads of an ordered route's keys held in the process instead of attempted, by route and reason (backoff: a redelivery delay; lease: the partition's lease too short for a try).",
+		}, []string{"route", "reason"}),
+		fence: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "bridge_partition_fence_seconds",
+			Help:    "How long a partition acquired by this replica waited for the previous owner's unacknowledged messages, by route.",
+			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"route"}),
+	}
+}
+
+func (m *orderingMetrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.changes, m.heldKeys, m.blocked, m.holds, m.fence}
+}
+
+// routeOrdering is one route's ordering series.
+type routeOrdering struct {
+	m     *orderingMetrics
+	route string
+	fence prometheus.Observer
+}
+
+func (m *orderingMetrics) forRoute(route string) *routeOrdering {
+	for _, c := range []string{"acquired", "lost", "released"} {
+		m.changes.WithLabelValues(route, c)
+	}
+	for _, c := range []string{"backoff", "lease"} {
+		m.holds.WithLabelValues(route, c)
+	}
+	m.heldKeys.WithLabelValues(route)
+	m.blocked.WithLabelValues(route)
+	return &routeOrdering{m: m, route: route, fence: m.fence.WithLabelValues(route)}
+}
+
+func (r *routeOrdering) changed(change string) { r.m.changes.WithLabelValues(r.route, change).Inc() }
+func (r *routeOrdering) held(reason string)    { r.m.holds.WithLabelValues(r.route, reason).Inc() }
+
+// gauges sets the route's held and blocked keys.
+func (r *routeOrdering) gauges(st *OrderingStatus) {
+	r.m.heldKeys.WithLabelValues(r.route).Set(float64(st.KeysWaiting))
+	r.m.blocked.WithLabelValues(r.route).Set(float64(len(st.BlockedKeys)))
+}
+
+// bindOrdered provisions ordered route r's copy and partition consumers.
+func (r *route) bindOrdered(ctx context.Context) error {
+	if r.ordErr != nil {
+		return r.ordErr
+	}
+	return r.ord.provision(ctx)
+}
+
+// orderedRestartKeys names the ordered routes a reload would add, change
+// or remove: an ordered route's partitions are provisioned and pulled
+// from the start, so only a restart changes them.
+func orderedRestartKeys(running, next *config.Config) []string {
+	old := map[string]*config.Route{}
+	for _, rc := range running.Routes {
+		old[rc.Name] = rc
+	}
+	var keys []string
+	seen := map[string]bool{}
+	for i, rc := range next.Routes {
+		seen[rc.Name] = true
+		o := old[rc.Name]
+		if (rc.Ordering != nil || o != nil && o.Ordering != nil) && (o == nil || !reflect.DeepEqual(o, rc)) {
+			keys = append(keys, fmt.Sprintf("routes[%d] (%s: an ordered route is added, changed or removed by a restart)", i, rc.Name))
+		}
+	}
+	for _, rc := range running.Routes {
+		if rc.Ordering != nil && !seen[rc.Name] {
+			keys = append(keys, fmt.Sprintf("routes (%s: an ordered route is removed by a restart)", rc.Name))
+		}
+	}
+	return keys
+}
+
+// blockID names key's block record: the first 16 hex digits of its
+// SHA-256 (a key may hold characters a KV key cannot).
+func blockID(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:8])
+}
+
+// blockRecord is a block as the bucket keeps it.
+type blockRecord struct {
+	Key string `json:"key"`
+	DLQ uint64 `json:"dlq_seq"`
+}
+
+// maxBlockRecord bounds a block record read from the bucket.
+const maxBlockRecord = 64 << 10
+
+func (o *orderedRoute) blockKey(key string) string {
+	return "ord." + o.r.cfg.Name + ".blocked." + blockID(key)
+}
+
+// record stores the block of h's key by dead letter dlq, so that another
+// replica taking the partition over keeps the key blocked. A record not
+// stored keeps the block in this replica only (logged).
+func (o *orderedRoute) record(h *heldMsg, dlq uint64) {
+	if o.blocks == nil {
+		return
+	}
+	v, _ := json.Marshal(blockRecord{Key: h.key, DLQ: dlq})
+	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	defer cancel()
+	if _, err := o.blocks.Put(ctx, o.blockKey(h.key), v); err != nil {
+		o.r.log.Warn().Str("block", blockID(h.key)).Str("error", err.Error()).Msg("block record not stored: the key is blocked in this replica only")
+	}
+}
+
+// unrecord deletes the block record of h's key once h, the replay that
+// re-opened it, is settled.
+func (o *orderedRoute) unrecord(h *heldMsg) {
+	if o.blocks == nil || !h.first {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	defer cancel()
+	if err := o.blocks.Delete(ctx, o.blockKey(h.key)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		o.r.log.Warn().Str("block", blockID(h.key)).Str("error", err.Error()).Msg("block record not deleted")
+	}
+}
+
+// watchBlocks applies the route's block records until ctx ends: a record
+// blocks its key (recorded by this replica or another), its deletion (the
+// replay settled, or an operator deleted it) lets the key go on. The watch
+// is made again after a failure.
+func (o *orderedRoute) watchBlocks(ctx context.Context) {
+	names := map[string]string{} // record key -> ordering key
+	for ctx.Err() == nil {
+		w, err := o.blocks.Watch(ctx, "ord."+o.r.cfg.Name+".blocked.*")
+		if err != nil {
+			sleep(ctx, time.Second)
+			continue
+		}
+		o.applyBlocks(ctx, w, names)
+		_ = w.Stop()
+		sleep(ctx, time.Second) // the watch ended by itself: watch again, not at once
+	}
+}
+
+// applyBlocks applies the updates of w until ctx ends or w closes.
+func (o *orderedRoute) applyBlocks(ctx context.Context, w jetstream.KeyWatcher, names map[string]string) {
+	for {
+		var e jetstream.KeyValueEntry
+		select {
+		case <-ctx.Done():
+			return
+		case u, ok := <-w.Updates():
+			if !ok {
+				return
+			}
+			e = u
+		}
+		if e == nil {
+			continue // the records stored so far are in
+		}
+		switch e.Operation() {
+		case jetstream.KeyValuePut:
+			var rec blockRecord
+			if len(e.Value()) > maxBlockRecord || json.Unmarshal(e.Value(), &rec) != nil || o.blockKey(rec.Key) != e.Key() {
+				o.r.log.Warn().Str("record", e.Key()).Msg("block record ignored: not a record of this route")
+				continue
+			}
+			names[e.Key()] = rec.Key
+			o.tab.setBlocked(rec.Key, rec.DLQ)
+		default: // deleted or purged
+			if k, ok := names[e.Key()]; ok {
+				delete(names, e.Key())
+				o.tab.unblock(k)
+			}
+		}
+	}
+}
