@@ -253,6 +253,13 @@ func orderScenario(t *testing.T, ordered bool) (orderReport, [2]faultSpan) {
 	publishOrdered(t, js, "o", orderKeys, orderPerKey)
 
 	led.waitDelivered(t, 3000, time.Minute, a, b)
+	// The partitions are spread: both replicas deliver before one dies.
+	natstest.Eventually(t, time.Minute, func() error {
+		if r := analyseOrder(led.all(), "o", orderKeys, orderPerKey); r.perPath["/a"] == 0 || r.perPath["/b"] == 0 {
+			return fmt.Errorf("events delivered per replica: %v", r.perPath)
+		}
+		return nil
+	})
 	b.kill(t)
 	killed := time.Now()
 	led.waitDelivered(t, 5000, time.Minute, a)
