@@ -386,7 +386,7 @@ func TestOrderedHandOver(t *testing.T) {
 			}
 			k := i % keys
 			id := orderEventID("h", k, published[k])
-			msg := &nats.Msg{Subject: "events.info.patient.k" + strconv.Itoa(k), Header: nats.Header{}}
+			msg := &nats.Msg{Subject: "events.info.patient.k" + strconv.Itoa(k), Header: nats.Header{}, Data: []byte(`{}`)}
 			msg.Header.Set(jetstream.MsgIDHeader, id)
 			msg.Header.Set("Event-Id", id)
 			if _, err := js.PublishMsg(ctx, msg); err != nil && ctx.Err() == nil {
