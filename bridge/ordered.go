@@ -324,6 +324,22 @@ func (t *keyTable) keysOf(p int) []string {
 	return out
 }
 
+// seqsOf returns the copy sequences of the messages of partition p
+// pulled in ownership epoch.
+func (t *keyTable) seqsOf(p int, epoch uint64) []uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []uint64
+	for _, q := range t.keys {
+		for _, h := range q.msgs {
+			if h.partition == p && h.epoch == epoch {
+				out = append(out, h.copySeq)
+			}
+		}
+	}
+	return out
+}
+
 // heldOf counts the messages of partition p pulled in ownership epoch.
 func (t *keyTable) heldOf(p int, epoch uint64) int {
 	t.mu.Lock()

@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -79,16 +81,15 @@ type orderedConfig struct {
 	holdMax time.Duration
 }
 
-// orderedConfigOf is the configuration of ordered route rc: the pull
-// expiry is a third of PinnedTTL (so an idle owner pulls well within
-// it), between a second and fetchWait.
+// orderedConfigOf is the configuration of ordered route rc; timeout is
+// its destination's.
 func orderedConfigOf(rc *config.Route, timeout time.Duration) orderedConfig {
 	ttl := partitionPinnedTTL(rc)
 	b := orderedBuffer(rc)
 	return orderedConfig{
 		buffer:    b,
 		batch:     max(1, min(2*rc.MaxInFlight, b/rc.Ordering.Partitions)),
-		expiry:    config.OrderedPullExpiry(rc.AckWait.D()),
+		expiry:    config.OrderedPullExpiry,
 		pinnedTTL: ttl,
 		leaseCut:  timeout,
 		pinned:    true,
@@ -108,8 +109,11 @@ type orderedRoute struct {
 
 	// Set by provision, once: the copy and one consumer handle per
 	// partition, kept for the process's life (the pin id lives on it).
-	stream jetstream.Stream
-	parts  []*partition
+	// provisioned is stored after them: status and info, which may run
+	// during provisioning, read them only once it is set.
+	provisioned atomic.Bool
+	stream      jetstream.Stream
+	parts       []*partition
 	// blocks is the bucket holding the route's block records (on_dead_letter:
 	// block only; nil otherwise), which every replica watches.
 	blocks jetstream.KeyValue
@@ -165,7 +169,7 @@ func (o *orderedRoute) provision(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if o.parts != nil {
+	if o.provisioned.Load() {
 		return nil
 	}
 	if o.block {
@@ -179,6 +183,7 @@ func (o *orderedRoute) provision(ctx context.Context) error {
 	for p, c := range oc.parts {
 		o.parts = append(o.parts, &partition{n: p, name: partitionConsumerName(r.cfg.Name, p), cons: c})
 	}
+	o.provisioned.Store(true)
 	return nil
 }
 
@@ -298,14 +303,18 @@ func (o *orderedRoute) pull(ctx context.Context, p *partition) {
 			}
 			continue
 		}
-		if fenced {
-			o.checkFence(ctx, p)
-		}
+		want := o.cfg.batch
 		expiry := o.cfg.expiry
 		if fenced {
+			if want = o.fencedPull(ctx, p); want == 0 {
+				if alive {
+					o.keepAlive(ctx, p, half)
+				}
+				continue
+			}
 			expiry = fenceEvery
 		}
-		n := o.acquire(ctx, o.cfg.batch, min(expiry, half))
+		n := o.acquire(ctx, want, min(expiry, half))
 		if ctx.Err() != nil {
 			o.release(n)
 			return
@@ -329,6 +338,29 @@ func (o *orderedRoute) pull(ctx context.Context, p *partition) {
 		failures = 0
 		pause.Reset()
 	}
+}
+
+// fencedPull checks p's fence and returns how many messages p may pull
+// while it is fenced (a batch when the fence ended). A fenced partition
+// holds about a batch of new messages, then two, pulled one at a time:
+// more would take the room the previous owner's messages need to come
+// back. Once they are due for redelivery (ack_wait after the gain), the
+// server serves them before any new message, so one more is pulled at a
+// time until they are all here.
+func (o *orderedRoute) fencedPull(ctx context.Context, p *partition) int {
+	o.checkFence(ctx, p)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.fenced {
+		return o.cfg.batch
+	}
+	if room := o.cfg.batch - len(p.pending); room > 0 {
+		return room
+	}
+	if len(p.pending) < 2*o.cfg.batch || time.Since(p.fencedAt) > o.r.cfg.AckWait.D() {
+		return 1
+	}
+	return 0
 }
 
 // fetch makes one pull of n (tokens taken) on p.
@@ -485,8 +517,13 @@ func (o *orderedRoute) gain(ctx context.Context, p *partition, pin string) {
 	o.r.log.Info().Int("partition", p.n).Msg("partition acquired; fenced until its unacknowledged messages are here")
 }
 
-// checkFence ends p's fence once every unacknowledged message of p's
-// consumer is in this process.
+// checkFence ends p's fence once every unacknowledged message of p is in
+// this process. Two checks, the cheap one first: the partition consumer's
+// NumAckPending is at most what this process holds of p; then the copy
+// itself (work-queue retention: a message is there until acked) has no
+// message of p, up to the highest held, that this process does not hold.
+// The second does not trust the consumer's state, which a server restart
+// can leave behind what the stream holds.
 func (o *orderedRoute) checkFence(ctx context.Context, p *partition) {
 	ictx, cancel := context.WithTimeout(ctx, readinessTimeout)
 	info, err := p.cons.Info(ictx)
@@ -499,8 +536,24 @@ func (o *orderedRoute) checkFence(ctx context.Context, p *partition) {
 		p.mu.Unlock()
 		return
 	}
-	here := len(p.pending) + o.tab.heldOf(p.n, p.epoch)
-	if info.NumAckPending > here {
+	epoch := p.epoch
+	here := map[uint64]bool{}
+	for _, h := range p.pending {
+		here[h.copySeq] = true
+	}
+	p.mu.Unlock()
+	for _, seq := range o.tab.seqsOf(p.n, epoch) {
+		here[seq] = true
+	}
+	if info.NumAckPending > len(here) {
+		return
+	}
+	scanned, ok := o.allHere(ctx, p, here)
+	if !ok {
+		return
+	}
+	p.mu.Lock()
+	if !p.fenced || p.epoch != epoch {
 		p.mu.Unlock()
 		return
 	}
@@ -508,11 +561,46 @@ func (o *orderedRoute) checkFence(ctx context.Context, p *partition) {
 	p.pending, p.fenced = nil, false
 	since := p.fencedAt
 	p.mu.Unlock()
+	// In copy order: redeliveries arrive in any order, and a key's head
+	// may start as soon as it is added, before an earlier message of the
+	// key would be.
+	slices.SortFunc(pending, func(a, b *heldMsg) int { return cmpSeq(a.copySeq, b.copySeq) })
 	for _, h := range pending {
 		o.add(h)
 	}
 	o.m.fence.Observe(time.Since(since).Seconds())
-	o.r.log.Info().Int("partition", p.n).Int("held", len(pending)).Str("fenced_for", time.Since(since).Round(time.Millisecond).String()).Msg("partition fence released")
+	o.r.log.Info().Int("partition", p.n).Int("held", len(pending)).Int("ack_pending", info.NumAckPending).Int("scanned", scanned).
+		Str("fenced_for", time.Since(since).Round(time.Millisecond).String()).Msg("partition fence released")
+}
+
+// allHere reports whether every message of p in the copy, up to the
+// highest sequence in here, is in here (one direct get per message), and
+// how many it read.
+func (o *orderedRoute) allHere(ctx context.Context, p *partition, here map[uint64]bool) (int, bool) {
+	var top uint64
+	for seq := range here {
+		top = max(top, seq)
+	}
+	subject := strconv.Itoa(p.n) + ".>"
+	n := 0
+	for seq := uint64(1); seq <= top; {
+		gctx, cancel := context.WithTimeout(ctx, readinessTimeout)
+		m, err := o.stream.GetMsg(gctx, seq, jetstream.WithGetMsgSubject(subject))
+		cancel()
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			return n, true
+		case err != nil:
+			return n, false
+		case m.Sequence > top:
+			return n, true
+		case !here[m.Sequence]:
+			return n, false
+		}
+		n++
+		seq = m.Sequence + 1
+	}
+	return n, true
 }
 
 // lose ends this replica's ownership of p (if it owned it): what it holds
@@ -559,7 +647,10 @@ func (o *orderedRoute) handBackPartition(p *partition, why string) {
 func (o *orderedRoute) handBack(msgs []*heldMsg) int {
 	for _, h := range msgs {
 		h.settleOff()
-		_ = h.msg.NakWithDelay(interruptedDelay)
+		err := h.msg.NakWithDelay(interruptedDelay)
+		if e := o.r.log.Debug(); e != nil {
+			e.Int("partition", h.partition).Uint64("copy_seq", h.copySeq).Bool("sent", err == nil).Msg("handed back")
+		}
 	}
 	o.release(len(msgs))
 	return len(msgs)
@@ -631,9 +722,7 @@ func (o *orderedRoute) after(h *heldMsg, d *delivery, attempted bool) {
 	case !attempted:
 		h.settleOff()
 		_ = h.msg.NakWithDelay(interruptedDelay)
-		o.tab.done(h)
-		o.release(1)
-		o.handBack(o.tab.handBack(h.key))
+		o.leftBehind(h)
 	case d.kept:
 		o.m.held("backoff")
 		o.tab.hold(h, d.keptFor)
@@ -654,10 +743,54 @@ func (o *orderedRoute) after(h *heldMsg, d *delivery, attempted bool) {
 		o.release(1)
 		o.unrecord(h)
 	default: // handed back with a delay (settle sent NakWithDelay)
-		o.tab.done(h)
-		o.release(1)
+		o.leftBehind(h)
+	}
+}
+
+// leftBehind settles head h, which was handed back (NakWithDelay): its
+// partition was lost, the route stops, or h was pulled in an ownership of
+// its partition that has ended. The key's later messages must not go
+// before h comes back. If this replica owns the partition again (a later
+// ownership), the partition is fenced again first: its held messages
+// leave the key table until h is back. Otherwise the key's later messages
+// are handed back too, in copy order.
+func (o *orderedRoute) leftBehind(h *heldMsg) {
+	p := o.parts[h.partition]
+	p.mu.Lock()
+	again := p.owned && p.epoch != h.epoch && p.stop.Err() == nil
+	p.mu.Unlock()
+	if again {
+		o.refence(p) // before h leaves: its key's next message must not start
+	}
+	o.tab.done(h)
+	o.release(1)
+	if !again {
 		o.handBack(o.tab.handBack(h.key))
 	}
+}
+
+// refence fences owned partition p again: its messages that are not being
+// attempted leave the key table for the fence's pending list (in copy
+// order), where they wait until every unacknowledged message of p is here.
+func (o *orderedRoute) refence(p *partition) {
+	p.mu.Lock()
+	if !p.owned {
+		p.mu.Unlock()
+		return
+	}
+	if !p.fenced {
+		p.fenced, p.fencedAt = true, time.Now()
+	}
+	p.mu.Unlock()
+	var msgs []*heldMsg
+	for _, k := range o.tab.keysOf(p.n) {
+		msgs = append(msgs, o.tab.handBack(k)...) // out of the table, not to JetStream
+	}
+	p.mu.Lock()
+	p.pending = append(p.pending, msgs...)
+	slices.SortFunc(p.pending, func(a, b *heldMsg) int { return cmpSeq(a.copySeq, b.copySeq) })
+	p.mu.Unlock()
+	o.r.log.Info().Int("partition", p.n).Int("held", len(msgs)).Msg("partition fenced again: a message of an earlier ownership was handed back")
 }
 
 // keepHeld sends InProgress for every held message not kept for every
@@ -689,7 +822,7 @@ func (o *orderedRoute) heldAll() []*heldMsg {
 // info sums the partition consumers' state (pending, ack pending,
 // redelivered) for the readiness watch and /status; nil before provision.
 func (o *orderedRoute) info(ctx context.Context) (*jetstream.ConsumerInfo, error) {
-	if o.parts == nil {
+	if !o.provisioned.Load() {
 		return nil, nil
 	}
 	sum := &jetstream.ConsumerInfo{Stream: config.CopyStream(o.r.b.cfg.Stream.Name, o.r.cfg.Name)}
@@ -729,7 +862,10 @@ type BlockedKey struct {
 }
 
 func (o *orderedRoute) status() *OrderingStatus {
-	st := &OrderingStatus{Partitions: len(o.parts), Owned: []int{}, BlockedKeys: []BlockedKey{}}
+	st := &OrderingStatus{Partitions: o.r.cfg.Ordering.Partitions, Owned: []int{}, BlockedKeys: []BlockedKey{}}
+	if !o.provisioned.Load() {
+		return st
+	}
 	for _, p := range o.parts {
 		p.mu.Lock()
 		if p.owned {

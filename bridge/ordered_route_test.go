@@ -3,6 +3,7 @@ package bridge
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"net/http"
@@ -430,7 +431,8 @@ func TestOrderedBlockSurvivesHandOver(t *testing.T) {
 		pub("kA-3")
 		if !waitUntil(20*time.Second, func() bool {
 			st := other.b.routes[0].ord.status()
-			return len(st.Owned) > 0 && len(st.Fenced) == 0 && st.Held >= 2 || s.delivered() > 1
+			blocked := len(st.BlockedKeys) == 1 && st.BlockedKeys[0].Key == "kA" && st.BlockedKeys[0].Held == 2
+			return len(st.Owned) > 0 && len(st.Fenced) == 0 && blocked || s.delivered() > 1
 		}) {
 			return fmt.Errorf("the other replica did not take key A's partition over (%+v); %d delivered", other.b.routes[0].ord.status(), s.delivered())
 		}
@@ -452,4 +454,40 @@ func TestOrderedBlockSurvivesHandOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	expectBroken(t, "no block record at the hand-over", func(t testing.TB) error { return run(t, true) })
+}
+
+// A reload refuses to add, change or remove an ordered route (only a
+// restart does), naming the route; an unordered route's change is not
+// refused. The control is the same reload with the restart keys ignored:
+// the changed ordered route is then applied live.
+func TestReloadRefusesOrderedRouteChanges(t *testing.T) {
+	sink := sinktest.New(t, nil)
+	ordered := orderedYAML(sink.URL(), true, "")
+	unordered := orderedYAML(sink.URL(), false, "")
+	for _, tc := range []struct{ name, from, to string }{
+		{"partitions changed", ordered, strings.Replace(ordered, "partitions: 8", "partitions: 4", 1)},
+		{"ordering removed", ordered, unordered},
+		{"ordering added", unordered, ordered},
+	} {
+		if got := orderedRestartKeys(testConfig(t, "%s", tc.from), testConfig(t, "%s", tc.to)); len(got) != 1 || !strings.HasPrefix(got[0], "routes[0] (r: an ordered route") {
+			t.Errorf("%s: restart keys %v", tc.name, got)
+		}
+	}
+	if got := orderedRestartKeys(testConfig(t, "%s", unordered), testConfig(t, "%s", strings.Replace(unordered, "max_deliver: 30", "max_deliver: 31", 1))); len(got) != 0 {
+		t.Errorf("an unordered route's change: restart keys %v", got)
+	}
+	check := func(t testing.TB, rl reloader) error {
+		srv := natstest.Start(t)
+		h := startHarness(t, srv, testConfig(t, "%s", ordered), faults{}, withReloader(rl))
+		err := h.b.Reload(context.Background(), testConfig(t, "%s", strings.Replace(ordered, "max_deliver: 30", "max_deliver: 31", 1)))
+		var nr *NeedsRestartError
+		if !errors.As(err, &nr) || len(nr.Keys) != 1 || !strings.HasPrefix(nr.Keys[0], "routes[0] (r: an ordered route") {
+			return fmt.Errorf("reload: %v, want a *NeedsRestartError naming routes[0]", err)
+		}
+		return nil
+	}
+	if err := check(t, liveReload{}); err != nil {
+		t.Fatal(err)
+	}
+	expectBroken(t, "restart keys ignored", func(t testing.TB) error { return check(t, brokenReload{ignoreRestart: true}) })
 }

@@ -146,7 +146,7 @@ func CopyStream(stream, route string) string { return stream + "-" + route }
 // against the route's subjects (subjects.NewPartitioner's rules), its
 // partitions and on_dead_letter, that its copy's name is not taken by a
 // stream of the configuration, and that its destination's timeout leaves
-// room in a partition's lease (OrderedPullExpiry).
+// room in a partition's lease (OrderedMaxTimeout).
 func (v *validator) ordering(c *Config, p string, r *Route) {
 	o := r.Ordering
 	if o == nil {
@@ -175,23 +175,23 @@ func (v *validator) ordering(c *Config, p string, r *Route) {
 	v.oneOf(op+".on_dead_letter", o.OnDeadLetter, OnDeadLetterContinue, OnDeadLetterBlock)
 	if d := c.Destinations[r.Destination]; d != nil && r.AckWait > 0 {
 		if most := OrderedMaxTimeout(r.AckWait.D()); d.Timeout.D() > most {
-			v.addf(op, "destination %s has timeout %s, more than %s: an ordered route with ack_wait %s gives each try at most ack_wait + 1s - %s (its partitions' pinned TTL less one pull and a margin); lower the timeout or raise ack_wait",
-				r.Destination, d.Timeout, most, r.AckWait, OrderedPullExpiry(r.AckWait.D())+500*time.Millisecond)
+			v.addf(op, "destination %s has timeout %s, more than %s: an ordered route gives each try at most ack_wait - 0.5s (its partitions' pinned TTL, ack_wait + 1s, less one pull and a margin); lower the timeout or raise ack_wait",
+				r.Destination, d.Timeout, most)
 		}
 	}
 }
 
-// OrderedPullExpiry is how long an ordered route's pulls stay open: a
-// third of its partitions' pinned TTL (ack_wait + 1s), from 1s to 5s.
-func OrderedPullExpiry(ackWait time.Duration) time.Duration {
-	return min(max((ackWait+time.Second)/3, time.Second), 5*time.Second)
-}
+// OrderedPullExpiry is how long an ordered route's pulls stay open. At
+// most a second: a replica that dies sent its last pull at most that long
+// before, so its partitions move (pinned TTL ack_wait + 1s after that
+// pull) once the messages it held are due for redelivery.
+const OrderedPullExpiry = time.Second
 
 // OrderedMaxTimeout is the longest destination timeout an ordered route
 // with ackWait allows: a try must end inside the partition's lease, which
 // a live owner renews with every pull (docs/delivery.md#ordered-delivery).
 func OrderedMaxTimeout(ackWait time.Duration) time.Duration {
-	return ackWait + time.Second - OrderedPullExpiry(ackWait) - 500*time.Millisecond
+	return ackWait + time.Second - OrderedPullExpiry - 500*time.Millisecond
 }
 
 // orderingTokens checks the key tokens at path: a non-empty list of

@@ -113,7 +113,8 @@ func TestOrderingCopyNameTaken(t *testing.T) {
 }
 
 // An ordered route's destination timeout must fit in a partition's lease
-// (ack_wait + 1s less a pull and a margin): with ack_wait 2s at most 1.5s.
+// (ack_wait + 1s less a pull and a margin): ack_wait - 0.5s, 1.5s with
+// ack_wait 2s.
 // The control is the same file with a timeout that fits, which loads.
 func TestOrderingTimeoutFitsLease(t *testing.T) {
 	yml := strings.Replace(orderedRoute(`["events.>"]`, "      key: {tokens: [3]}\n"), "    url: http://127.0.0.1:9091/hook\n",
