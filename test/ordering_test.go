@@ -347,7 +347,7 @@ func orderGaps(oks []orderOK, path string, at time.Time) (keys int, longest time
 }
 
 // A partition changes owner within the documented bound
-// (docs/delivery.md#hand-over): with events flowing to 40 keys over two
+// (docs/delivery.md#ordered-delivery): with events flowing to 40 keys over two
 // replicas, the keys of a replica killed with SIGKILL are delivered again
 // by the other within ack_wait + 1 s (plus 500 ms for the pull and the
 // machine); a replica started again takes a share back; a replica stopped
