@@ -11,7 +11,7 @@ import (
 
 // This file is the key table of an ordered route: the messages the
 // process holds, queued per key, and the keys whose head may be attempted
-// now (docs/configuration.md#routes). It is not wired into routes yet.
+// now (docs/delivery.md#ordered-delivery); ordered_route.go feeds and drains it.
 //
 // Invariants, all under keyTable.mu:
 //
@@ -25,7 +25,8 @@ import (
 //     the key be delivered first (to this replica or another). Only its
 //     key waits: the others stay in the ready FIFO.
 //   - A key is in the ready FIFO at most once, and only when it is not
-//     busy, has a head and its backoff has passed.
+//     busy, not blocked (a dead letter stopped it), has a head and its
+//     backoff has passed.
 //   - held counts the messages in the table and never exceeds its
 //     capacity (B, orderedBuffer): the pull stops when the table is full,
 //     not when the workers are, so a key in backoff never stops other
@@ -338,21 +339,6 @@ func (t *keyTable) seqsOf(p int, epoch uint64) []uint64 {
 		}
 	}
 	return out
-}
-
-// heldOf counts the messages of partition p pulled in ownership epoch.
-func (t *keyTable) heldOf(p int, epoch uint64) int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	n := 0
-	for _, q := range t.keys {
-		for _, h := range q.msgs {
-			if h.partition == p && h.epoch == epoch {
-				n++
-			}
-		}
-	}
-	return n
 }
 
 // waiting counts the keys with messages held and not being attempted.

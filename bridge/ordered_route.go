@@ -521,7 +521,8 @@ func (o *orderedRoute) gain(ctx context.Context, p *partition, pin string) {
 // this process. Two checks, the cheap one first: the partition consumer's
 // NumAckPending is at most what this process holds of p; then the copy
 // itself (work-queue retention: a message is there until acked) has no
-// message of p, up to the highest held, that this process does not hold.
+// message of p, up to the highest held or delivered, that this process
+// does not hold.
 // The second does not trust the consumer's state, which a server restart
 // can leave behind what the stream holds.
 func (o *orderedRoute) checkFence(ctx context.Context, p *partition) {
@@ -548,7 +549,7 @@ func (o *orderedRoute) checkFence(ctx context.Context, p *partition) {
 	if info.NumAckPending > len(here) {
 		return
 	}
-	scanned, ok := o.allHere(ctx, p, here)
+	scanned, ok := o.allHere(ctx, p, here, info.Delivered.Stream)
 	if !ok {
 		return
 	}
@@ -574,10 +575,11 @@ func (o *orderedRoute) checkFence(ctx context.Context, p *partition) {
 }
 
 // allHere reports whether every message of p in the copy, up to the
-// highest sequence in here, is in here (one direct get per message), and
-// how many it read.
-func (o *orderedRoute) allHere(ctx context.Context, p *partition, here map[uint64]bool) (int, bool) {
-	var top uint64
+// highest sequence in here or delivered (the consumer's delivered stream
+// sequence: what is past it has never been delivered and comes in order),
+// is in here (one direct get per message), and how many it read.
+func (o *orderedRoute) allHere(ctx context.Context, p *partition, here map[uint64]bool, delivered uint64) (int, bool) {
+	top := delivered
 	for seq := range here {
 		top = max(top, seq)
 	}
