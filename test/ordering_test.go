@@ -227,8 +227,9 @@ func waitOrderQuiet(t *testing.T, js jetstream.JetStream, ordered bool) {
 
 // orderScenario is the run: 10,000 events over 500 keys, the
 // destination answering 503 to 10 % of requests and never answering 1 %,
-// two replicas, one killed with SIGKILL after 3,000 deliveries and started
-// again after 5,000, the NATS server restarted after 6,500.
+// two replicas, the one that delivered the most killed with SIGKILL after
+// 3,000 deliveries and started again after 5,000, the NATS server
+// restarted after 6,500.
 //
 // It returns the report and the spans of the two faults in which an
 // event's first 200 means it was in flight at the fault: for the kill,
@@ -247,32 +248,34 @@ func orderScenario(t *testing.T, ordered bool) (orderReport, [2]faultSpan) {
 		t.Fatal(err)
 	}
 	bin := plainBinary(t)
-	a := runBinary(t, bin, path, "JETBRIDGE_REPLICA=a")
-	b := runBinary(t, bin, path, "JETBRIDGE_REPLICA=b")
+	procs := map[string]*proc{
+		"/a": runBinary(t, bin, path, "JETBRIDGE_REPLICA=a"),
+		"/b": runBinary(t, bin, path, "JETBRIDGE_REPLICA=b"),
+	}
+	all := func() []*proc { return []*proc{procs["/a"], procs["/b"]} }
 	const n = orderKeys * orderPerKey
 	publishOrdered(t, js, "o", orderKeys, orderPerKey)
 
-	led.waitDelivered(t, 3000, time.Minute, a, b)
-	// The partitions are spread: both replicas deliver before one dies.
-	natstest.Eventually(t, time.Minute, func() error {
-		if r := analyseOrder(led.all(), "o", orderKeys, orderPerKey); r.perPath["/a"] == 0 || r.perPath["/b"] == 0 {
-			return fmt.Errorf("events delivered per replica: %v", r.perPath)
-		}
-		return nil
-	})
-	b.kill(t)
+	led.waitDelivered(t, 3000, time.Minute, all()...)
+	// The replica that delivered the most so far dies: it owns partitions.
+	r := analyseOrder(led.all(), "o", orderKeys, orderPerKey)
+	victim, other := "/a", "/b"
+	if r.perPath["/b"] > r.perPath["/a"] {
+		victim, other = other, victim
+	}
+	procs[victim].kill(t)
 	killed := time.Now()
-	led.waitDelivered(t, 5000, time.Minute, a)
-	b = runBinary(t, bin, path, "JETBRIDGE_REPLICA=b")
-	led.waitDelivered(t, 6500, time.Minute, a, b)
+	led.waitDelivered(t, 5000, time.Minute, procs[other])
+	procs[victim] = runBinary(t, bin, path, "JETBRIDGE_REPLICA="+victim[1:])
+	led.waitDelivered(t, 6500, time.Minute, all()...)
 	down := time.Now()
 	srv.Shutdown()
 	srv.Restart(t)
 	up := time.Now()
-	led.waitDelivered(t, n, 2*time.Minute, a, b)
+	led.waitDelivered(t, n, 2*time.Minute, all()...)
 	waitOrderQuiet(t, js, ordered)
 
-	r := analyseOrder(led.all(), "o", orderKeys, orderPerKey)
+	r = analyseOrder(led.all(), "o", orderKeys, orderPerKey)
 	t.Logf("ordered=%t: %d requests; %s", ordered, led.reqs, r)
 	return r, [2]faultSpan{{killed.Add(-time.Second), killed.Add(100 * time.Millisecond)}, {down.Add(-time.Second), up.Add(orderAck)}}
 }
@@ -347,12 +350,12 @@ func orderGaps(oks []orderOK, path string, at time.Time) (keys int, longest time
 }
 
 // A partition changes owner within the documented bound
-// (docs/delivery.md#ordered-delivery): with events flowing to 40 keys over two
-// replicas, the keys of a replica killed with SIGKILL are delivered again
-// by the other within ack_wait + 1 s (plus 500 ms for the pull and the
-// machine); a replica started again takes a share back; a replica stopped
-// with SIGTERM hands its keys over within a second. Every key stays in
-// order throughout.
+// (docs/delivery.md#ordered-delivery): with events flowing to 40 keys over
+// two replicas, the keys of a delivering replica killed with SIGKILL are
+// delivered again by the other within ack_wait + 1 s (plus 500 ms for the
+// pull and the machine); once it is back, the keys of a delivering replica
+// stopped with SIGTERM are delivered by the other within a second. Every
+// key stays in order throughout.
 func TestOrderedHandOver(t *testing.T) {
 	if testing.Short() {
 		t.Skip("two bridge processes, a kill and a drain")
@@ -366,9 +369,10 @@ func TestOrderedHandOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	bin := plainBinary(t)
-	a := runBinary(t, bin, path, "JETBRIDGE_REPLICA=a")
-	b := runBinary(t, bin, path, "JETBRIDGE_REPLICA=b")
-
+	procs := map[string]*proc{
+		"/a": runBinary(t, bin, path, "JETBRIDGE_REPLICA=a"),
+		"/b": runBinary(t, bin, path, "JETBRIDGE_REPLICA=b"),
+	}
 	// Given events published to 40 keys, one every 4 ms
 	const keys = 40
 	published := make([]int, keys)
@@ -407,58 +411,51 @@ func TestOrderedHandOver(t *testing.T) {
 			stopPublishing()
 		}
 	}()
-	both := func(since time.Time) error {
-		seen := map[string]int{}
-		for _, ok := range led.all() {
-			if ok.at.After(since) {
-				seen[ok.path]++
-			}
+	// latest is the replica that delivered the last 200 since since.
+	latest := func(since time.Time) (string, error) {
+		oks := led.all()
+		if len(oks) == 0 || !oks[len(oks)-1].at.After(since) {
+			return "", fmt.Errorf("nothing delivered since %s", since.Format("15:04:05.000"))
 		}
-		if seen["/a"] == 0 || seen["/b"] == 0 {
-			return fmt.Errorf("deliveries per replica since %s: %v", since.Format("15:04:05.000"), seen)
-		}
-		return nil
+		return oks[len(oks)-1].path, nil
 	}
-	natstest.Eventually(t, 20*time.Second, func() error { return both(time.Time{}) })
+	// handOver waits until every key whose last 200 before at came through
+	// path was delivered again, and returns how many and the longest wait.
+	handOver := func(path string, at time.Time) (int, time.Duration) {
+		natstest.Eventually(t, orderAck+15*time.Second, func() error {
+			if n, longest := orderGaps(led.all(), path, at); n == 0 || longest == time.Hour {
+				return fmt.Errorf("%d keys of %s, not all delivered again yet", n, path)
+			}
+			return nil
+		})
+		return orderGaps(led.all(), path, at)
+	}
+	start := time.Now()
+	var owner string
+	natstest.Eventually(t, 20*time.Second, func() (err error) { owner, err = latest(start); return err })
 
-	// When b is killed
-	b.kill(t)
+	// When a replica that delivers is killed
+	procs[owner].kill(t)
 	killed := time.Now()
+	// Then the other delivers every key it had within the bound
 	bound := orderAck + time.Second
-	natstest.Eventually(t, bound+10*time.Second, func() error {
-		a.failIfExited(t)
-		if n, longest := orderGaps(led.all(), "/b", killed); n == 0 || longest == time.Hour {
-			return fmt.Errorf("%d of b's keys, not all delivered again yet", n)
-		}
-		return nil
-	})
-	// Then a delivers every key b had within the bound
-	n, longest := orderGaps(led.all(), "/b", killed)
+	n, longest := handOver(owner, killed)
 	t.Logf("SIGKILL: %d keys of the killed replica delivered again after at most %s (bound ack_wait + 1 s = %s)", n, longest.Round(time.Millisecond), bound)
 	if longest > bound+500*time.Millisecond {
 		t.Errorf("a key of the killed replica waited %s, want at most %s + 500ms", longest.Round(time.Millisecond), bound)
 	}
 
-	// When b starts again, it takes a share back
-	b = runBinary(t, bin, path, "JETBRIDGE_REPLICA=b")
-	joined := time.Now()
-	natstest.Eventually(t, bound+10*time.Second, func() error { return both(joined) })
-	t.Logf("join: the restarted replica delivers again %s after its start", time.Since(joined).Round(time.Millisecond))
-
-	// When a drains on SIGTERM, b delivers a's keys within a second
-	a.term(t)
+	// When it is back and a replica that delivers drains on SIGTERM
+	procs[owner] = runBinary(t, bin, path, "JETBRIDGE_REPLICA="+owner[1:])
+	restarted := time.Now()
+	natstest.Eventually(t, 20*time.Second, func() (err error) { owner, err = latest(restarted); return err })
+	procs[owner].term(t)
 	termed := time.Now()
-	if code := a.wait(t, 10*time.Second); code != 0 {
+	if code := procs[owner].wait(t, 10*time.Second); code != 0 {
 		t.Fatalf("the drained replica exited %d", code)
 	}
-	natstest.Eventually(t, bound+10*time.Second, func() error {
-		b.failIfExited(t)
-		if n, longest := orderGaps(led.all(), "/a", termed); n == 0 || longest == time.Hour {
-			return fmt.Errorf("%d of a's keys, not all delivered again yet", n)
-		}
-		return nil
-	})
-	n, longest = orderGaps(led.all(), "/a", termed)
+	// Then the other delivers its keys within a second
+	n, longest = handOver(owner, termed)
 	t.Logf("SIGTERM: %d keys of the drained replica delivered again after at most %s", n, longest.Round(time.Millisecond))
 	if longest > time.Second {
 		t.Errorf("a key of the drained replica waited %s, want at most 1s", longest.Round(time.Millisecond))
