@@ -354,8 +354,8 @@ func orderGaps(oks []orderOK, path string, at time.Time) (keys int, longest time
 // two replicas, the keys of a delivering replica killed with SIGKILL are
 // delivered again by the other within ack_wait + 1 s (plus 500 ms for the
 // pull and the machine); once it is back, the keys of a delivering replica
-// stopped with SIGTERM are delivered by the other within a second. Every
-// key stays in order throughout.
+// stopped with SIGTERM are delivered by the other within the same bound
+// (usually in under a second). Every key stays in order throughout.
 func TestOrderedHandOver(t *testing.T) {
 	if testing.Short() {
 		t.Skip("two bridge processes, a kill and a drain")
@@ -454,24 +454,36 @@ func TestOrderedHandOver(t *testing.T) {
 	if code := procs[owner].wait(t, 10*time.Second); code != 0 {
 		t.Fatalf("the drained replica exited %d", code)
 	}
-	// Then the other delivers its keys within a second
+	// Then the other delivers its keys within the same bound: usually in
+	// well under a second (the drained replica hands back what it holds and
+	// unpins), up to ack_wait when a message was on its way to it as it
+	// stopped reading (the new owner's fence waits for that message)
 	n, longest = handOver(owner, termed)
 	t.Logf("SIGTERM: %d keys of the drained replica delivered again after at most %s", n, longest.Round(time.Millisecond))
-	if longest > time.Second {
-		t.Errorf("a key of the drained replica waited %s, want at most 1s", longest.Round(time.Millisecond))
+	if longest > bound+500*time.Millisecond {
+		t.Errorf("a key of the drained replica waited %s, want at most %s + 500ms", longest.Round(time.Millisecond), bound)
 	}
 
 	// And every key was delivered in order, nothing lost
 	stopPublishing()
+	natstest.Eventually(t, quietTimeout, func() error {
+		got := map[string]bool{}
+		for _, ok := range led.all() {
+			got[ok.id] = true
+		}
+		for k := range keys {
+			for i := range published[k] {
+				if !got[orderEventID("h", k, i)] {
+					return fmt.Errorf("%s not delivered", orderEventID("h", k, i))
+				}
+			}
+		}
+		return nil
+	})
 	waitOrderQuiet(t, js, true)
 	perKey := slices.Max(published)
-	oks := led.all()
-	r := analyseOrder(oks, "h", keys, perKey)
-	missing := 0
-	for k := range keys {
-		missing += perKey - published[k] // ids never published are counted missing by analyseOrder
-	}
-	if r.inversions != 0 || r.missing != missing {
-		t.Errorf("%s; want 0 inversions and nothing missing", r)
+	r := analyseOrder(led.all(), "h", keys, perKey)
+	if r.inversions != 0 {
+		t.Errorf("%s; want 0 inversions", r)
 	}
 }
