@@ -251,7 +251,8 @@ func describeSettled(all []bridge.Settled) string {
 	})
 }
 
-// WaitQuiet waits until every route's consumer has nothing left to do:
+// WaitQuiet waits until every route has nothing left to do (an ordered
+// route: its partitioned copy is empty and caught up; otherwise its consumer):
 // nothing pending and nothing delivered but unsettled (a scheduled
 // redelivery counts as unsettled). After Timeout it fails the test with
 // the consumers' counts.
@@ -262,6 +263,12 @@ func (k *Bridge) WaitQuiet(t testing.TB) {
 		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 		defer cancel()
 		for _, r := range k.cfg.Routes {
+			if r.Ordering != nil {
+				if err := orderedQuiet(ctx, k.js, k.cfg.Stream.Name, r.Name); err != nil {
+					return err
+				}
+				continue
+			}
 			c, err := k.js.Consumer(ctx, k.cfg.Stream.Name, r.Name)
 			if err != nil {
 				return fmt.Errorf("consumer %s/%s: %w", k.cfg.Stream.Name, r.Name, err)
@@ -276,6 +283,26 @@ func (k *Bridge) WaitQuiet(t testing.TB) {
 	if err != nil {
 		t.Fatalf("jetbridgetest: bridge not quiet within %s: %v", timeout, err)
 	}
+}
+
+// orderedQuiet says whether an ordered route has nothing left to do: its
+// partitioned copy (a work queue: a settled message leaves it) is empty and
+// has copied everything of the stream it sources.
+func orderedQuiet(ctx context.Context, js jetstream.JetStream, stream, route string) error {
+	name := config.CopyStream(stream, route)
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		return fmt.Errorf("route %s: copy %s: %w", route, name, err)
+	}
+	i := s.CachedInfo()
+	var lag uint64
+	for _, src := range i.Sources {
+		lag += src.Lag
+	}
+	if i.State.Msgs != 0 || lag != 0 {
+		return fmt.Errorf("route %s: %d messages unsettled in its copy %s, %d not copied yet", route, i.State.Msgs, name, lag)
+	}
+	return nil
 }
 
 // DeadLetters returns every dead letter on the configuration's dead-letter

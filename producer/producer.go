@@ -113,6 +113,9 @@ func NewPublisher(js jetstream.JetStream, root string, opts ...Option) *Publishe
 	return p
 }
 
+// Root is the subject root the Publisher names subjects under.
+func (p *Publisher) Root() string { return p.root }
+
 // addHeaders runs the header hook and adds what it set to msg (see
 // WithHeaders).
 func (p *Publisher) addHeaders(ctx context.Context, msg *nats.Msg) error {

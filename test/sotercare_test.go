@@ -43,8 +43,9 @@ type careEnv struct {
 	notifier *jetbridgetest.Receiver
 }
 
-// startCare starts the scenario with a notifier answering by script.
-func startCare(t *testing.T, script jetbridgetest.Script) *careEnv {
+// startCare starts the scenario with a notifier answering by script; tweak,
+// if any, changes the loaded configuration first (the controls').
+func startCare(t *testing.T, script jetbridgetest.Script, tweak ...func(*config.Config)) *careEnv {
 	t.Helper()
 	notifier := jetbridgetest.NewReceiver(t, jetbridgetest.WithScript(script))
 	// The config's own environment: its nats and admin sections are used
@@ -57,6 +58,9 @@ func startCare(t *testing.T, script jetbridgetest.Script) *careEnv {
 	cfg, err := config.LoadFile(path)
 	if err != nil {
 		t.Fatalf("load %s: %v", path, err)
+	}
+	for _, f := range tweak {
+		f(cfg)
 	}
 	srv := jetbridgetest.NewServer(t)
 	e := &careEnv{srv: srv, js: srv.JetStream(), cfg: cfg, notifier: notifier}
@@ -77,6 +81,11 @@ func startCare(t *testing.T, script jetbridgetest.Script) *careEnv {
 func careReading(id, typ string, value float64, unit string) string {
 	return fmt.Sprintf(`{"eventId":%q,"deviceId":"bed-3","eventType":%q,"value":%v,"unit":%q,"timestamp":1735689600000}`,
 		id, typ, value, unit)
+}
+
+// deviceReading is careReading from another device.
+func deviceReading(id, device, typ string, value float64, unit string) string {
+	return strings.Replace(careReading(id, typ, value, unit), `"deviceId":"bed-3"`, `"deviceId":"`+device+`"`, 1)
 }
 
 // careAnswer is any response body of the API.
@@ -116,7 +125,7 @@ func (e *careEnv) accept(t *testing.T, body string, sev sotercare.Severity, rout
 	return a.Receipt
 }
 
-// quiet waits until both caregiver routes have nothing pending or unacked.
+// quiet waits until the caregiver route has nothing pending or unsettled.
 func (e *careEnv) quiet(t *testing.T) {
 	t.Helper()
 	e.b.WaitQuiet(t)
@@ -191,8 +200,8 @@ func TestSoterCareEndToEnd(t *testing.T) {
 			sev     sotercare.Severity
 			subject string
 		}{
-			{careReading("vit-0002", "vitals", 72, "bpm"), sotercare.Normal, "events.info.care.eventlog.vitals"},
-			{careReading("wet-0001", "moisture", 85, "percent"), sotercare.Medium, "events.warning.care.eventlog.moisture"},
+			{careReading("vit-0002", "vitals", 72, "bpm"), sotercare.Normal, "events.info.care.eventlog.bed-3.vitals"},
+			{careReading("wet-0001", "moisture", 85, "percent"), sotercare.Medium, "events.warning.care.eventlog.bed-3.moisture"},
 		} {
 			rc := e.accept(t, c.body, c.sev, sotercare.EventLog)
 			msg := getMsg(t, e.js, e.cfg.Stream.Name, rc.Seq)
@@ -272,7 +281,7 @@ func TestSoterCareBrokerDown(t *testing.T) {
 // third delivery, within its max_deliver.
 func TestSoterCareNotifierRecovers(t *testing.T) {
 	e := startCare(t, jetbridgetest.Sequence(http.StatusInternalServerError, http.StatusInternalServerError, http.StatusOK))
-	route := careRoute(t, e.cfg, "caregiver-critical")
+	route := careRoute(t, e.cfg, "caregiver-alerts")
 	rc := e.accept(t, careReading("fall-0200", "fall", 1, "boolean"), sotercare.Critical, sotercare.Caregiver)
 
 	e.b.WaitEvent(t, rc.EventID)
@@ -315,10 +324,10 @@ func TestSoterCareNotifierRejects(t *testing.T) {
 	}
 	dead := e.b.WaitDeadLetters(t, 1)
 	if d := dead[0]; len(dead) != 1 || d.EventID != rc.EventID || d.Reason != deadletter.ReasonRejected || d.Status != 400 ||
-		d.Route != "caregiver-alerts" || d.Subject != "events.warning.care.caregiver.vitals" {
+		d.Route != "caregiver-alerts" || d.Subject != "events.warning.care.caregiver.bed-3.vitals" {
 		t.Fatalf("dead letters %+v, want one: event %s rejected with 400 on caregiver-alerts", dead, rc.EventID)
 	}
-	if dead[0].DLQSubject != "dlq.caregiver-alerts.events.warning.care.caregiver.vitals" {
+	if dead[0].DLQSubject != "dlq.caregiver-alerts.events.warning.care.caregiver.bed-3.vitals" {
 		t.Fatalf("dead letter subject %s", dead[0].DLQSubject)
 	}
 	var alert sotercare.Alert
@@ -384,17 +393,10 @@ func TestSoterCareConfig(t *testing.T) {
 		t.Errorf("environment not applied: %+v %+v", cfg.NATS.Embedded, cfg.Admin)
 	}
 
-	critical, alerts := careRoute(t, cfg, "caregiver-critical"), careRoute(t, cfg, "caregiver-alerts")
-	if len(cfg.Routes) != 2 || critical.Destination != "caregiver" || alerts.Destination != "caregiver" {
-		t.Fatalf("want exactly the two caregiver routes, got %d routes", len(cfg.Routes))
-	}
-	if critical.MaxDeliver <= alerts.MaxDeliver {
-		t.Errorf("critical max_deliver %d, want more than %d", critical.MaxDeliver, alerts.MaxDeliver)
-	}
-	for i := 1; i <= max(len(critical.Backoff), len(alerts.Backoff)); i++ {
-		if critical.BackoffFor(i) >= alerts.BackoffFor(i) {
-			t.Errorf("backoff after delivery %d: critical %s, want shorter than %s", i, critical.BackoffFor(i), alerts.BackoffFor(i))
-		}
+	route := careRoute(t, cfg, "caregiver-alerts")
+	if len(cfg.Routes) != 1 || route.Destination != "caregiver" || route.Ordering == nil ||
+		!slices.Equal(route.Ordering.Key.Tokens, []int{5}) {
+		t.Fatalf("want exactly the caregiver route, ordered by the subject's fifth token (the device), got %d routes", len(cfg.Routes))
 	}
 
 	// Every reading SoterCare can publish goes to the notifier exactly
@@ -413,6 +415,9 @@ func TestSoterCareConfig(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if tok := strings.Split(subject, "."); len(tok) < 5 || tok[4] != r.DeviceID {
+			t.Errorf("%s: the fifth token is not the device %s", subject, r.DeviceID)
+		}
 		var matched []string
 		for _, route := range cfg.Routes {
 			for _, f := range route.Subjects {
@@ -429,4 +434,52 @@ func TestSoterCareConfig(t *testing.T) {
 			t.Errorf("%s (%s, %s): matched by routes %v, want %d route", subject, c.Severity, c.Route, matched, want)
 		}
 	}
+}
+
+// The caregiver route orders by device (config/sotercare.yaml): bed-7's
+// "fall detected" fails once, and until another device's alert has
+// arrived, so its
+// redelivery holds bed-7 ("fall resolved" waits for it) and only bed-7
+// (bed-8's vitals alert goes through meanwhile, or the fall never
+// succeeds). Negative control: the same route unordered lets "fall
+// resolved" overtake the fall.
+func TestSoterCareOrdersPerDevice(t *testing.T) {
+	check := func(t *testing.T, tweak ...func(*config.Config)) error {
+		var sawVitals bool
+		falls := 0
+		e := startCare(t, func(r jetbridgetest.Request) jetbridgetest.Response {
+			switch r.EventID() {
+			case "vit-0300":
+				sawVitals = true
+			case "fall-0300":
+				if falls++; falls == 1 || !sawVitals {
+					return jetbridgetest.Response{Status: http.StatusServiceUnavailable}
+				}
+			}
+			return jetbridgetest.Response{}
+		}, tweak...)
+		e.accept(t, deviceReading("fall-0300", "bed-7", "fall", 1, "boolean"), sotercare.Critical, sotercare.Caregiver)
+		e.accept(t, deviceReading("fall-0301", "bed-7", "fall", 0, "boolean"), sotercare.Normal, sotercare.Caregiver)
+		e.accept(t, deviceReading("vit-0300", "bed-8", "vitals", 130, "bpm"), sotercare.High, sotercare.Caregiver)
+		for _, id := range []string{"fall-0300", "fall-0301", "vit-0300"} {
+			e.notifier.WaitEvent(t, id)
+		}
+		e.quiet(t)
+		fall, resolved := e.notifier.Events("fall-0300"), e.notifier.Events("fall-0301")
+		if len(resolved) != 1 || len(fall) < 2 {
+			t.Fatalf("fall detected sent %d times, fall resolved %d times; want at least 2 and exactly 1", len(fall), len(resolved))
+		}
+		if got, done := resolved[0].N, fall[len(fall)-1].N; got < done {
+			return fmt.Errorf("fall resolved arrived as request %d, before fall detected was delivered (request %d)", got, done)
+		}
+		return nil
+	}
+	if err := check(t); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("control: unordered", func(t *testing.T) {
+		if err := check(t, func(c *config.Config) { c.Routes[0].Ordering = nil }); err == nil {
+			t.Fatal("the unordered route kept the order too: the assertion would catch nothing")
+		}
+	})
 }

@@ -85,7 +85,7 @@ destinations:
     timeout: 1s
 routes:
   - name: caregiver-critical
-    subjects: ["events.critical.care.caregiver.>"]
+    subjects: ["events.critical.care.caregiver.>", "events.info.care.caregiver.>"]
     destination: caregiver
     max_deliver: 6
     backoff: [100ms, 200ms, 400ms]

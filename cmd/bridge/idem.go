@@ -36,7 +36,7 @@ $NATS_URL, else the running bridge's embedded server). Text from the
 record (the subject) is printed escaped and cut at 1 KiB.`
 
 const idemExample = `  bridge idem show --config config/sotercare.yaml fall-8
-  bridge idem forget --config config/sotercare.yaml fall-8 --route caregiver-critical --yes`
+  bridge idem forget --config config/sotercare.yaml fall-8 --route caregiver-alerts --yes`
 
 func newIdemCmd() *cobra.Command {
 	c := &cobra.Command{Use: "idem", Short: "show or forget one event's idempotency record", Long: idemLong, Example: idemExample}
@@ -205,7 +205,7 @@ record on any route: exit 1. With --json, one object per record with the
 keys route, event_id, state, subject, payload_sha256, written, host, pid
 (empty or 0 when unknown), stream, seq, delivered, bucket, key, revision.`,
 		Example: `  bridge idem show --config config/sotercare.yaml fall-8
-  bridge idem show --config config/sotercare.yaml fall-8 --route caregiver-critical --json`,
+  bridge idem show --config config/sotercare.yaml fall-8 --route caregiver-alerts --json`,
 	}
 	return idemCommand(c, &o, func([]string) error { return nil }, func(ctx context.Context, s *idemSession, eventID string, c *cobra.Command) error {
 		routes := s.routes
@@ -260,8 +260,8 @@ meanwhile: exit 1, nothing removed). No record: exit 1. One audit line goes
 to stderr (who, when, what: route, event id, the record's state, revision
 and payload digest, the result). With --json: the record as "idem show
 --json" prints it, with "forgotten": true.`,
-		Example: `  bridge idem forget --config config/sotercare.yaml fall-8 --route caregiver-critical
-  bridge idem forget --config config/sotercare.yaml fall-8 --route caregiver-critical --yes --json`,
+		Example: `  bridge idem forget --config config/sotercare.yaml fall-8 --route caregiver-alerts
+  bridge idem forget --config config/sotercare.yaml fall-8 --route caregiver-alerts --yes --json`,
 	}
 	c.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask")
 	return idemCommand(c, &o, func([]string) error {

@@ -176,7 +176,7 @@ func serve(ctx context.Context, listen, natsURL, root string, timeout time.Durat
 // validRoot checks the subject root the same way the Publisher will.
 func validRoot(root string) error {
 	c := sotercare.Classification{Severity: sotercare.Normal, Route: sotercare.EventLog}
-	if _, err := c.Subject(root, sotercare.Reading{EventType: sotercare.TypeFall}); err != nil {
+	if _, err := c.Subject(root, sotercare.Reading{DeviceID: "bed-3", EventType: sotercare.TypeFall}); err != nil {
 		return fmt.Errorf("--root %q: %w", root, err)
 	}
 	return nil

@@ -124,7 +124,7 @@ func TestServe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if msg.Subject != "care-events.critical.care.caregiver.fall" {
+	if msg.Subject != "care-events.critical.care.caregiver.bed-3.fall" {
 		t.Fatalf("stored on %s", msg.Subject)
 	}
 

@@ -107,7 +107,7 @@ func TestPostEvent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if msg.Subject != "events.critical.care.caregiver.fall" || msg.Header.Get("Nats-Msg-Id") != "fall-0001" ||
+	if msg.Subject != "events.critical.care.caregiver.bed-3.fall" || msg.Header.Get("Nats-Msg-Id") != "fall-0001" ||
 		msg.Header.Get("Event-Meta-correlationId") != "req-42" {
 		t.Fatalf("stored %s with headers %v", msg.Subject, msg.Header)
 	}

@@ -3,6 +3,7 @@ package sotercare
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 
@@ -104,8 +105,11 @@ func invalid(field, format string, args ...any) error {
 //   - eventId at least 4 characters, deviceId at least 3, both valid
 //     UTF-8 of at most 128 bytes, neither with whitespace or control
 //     characters; timestamp positive;
-//   - fall: unit boolean, value 0 or 1. 1 is critical (caregiver), 0 normal
-//     (event log);
+//   - deviceId usable as one subject token (no '.', '*' or '>'): it is
+//     the token the caregiver route orders by;
+//   - fall: unit boolean, value 0 or 1. 1 ("fall detected") is critical,
+//     0 ("fall resolved") normal, both for the caregiver: the caregiver
+//     must see a resolution after its fall;
 //   - vitals: unit bpm, value 30..240. Below 50 or above 120 is high
 //     (caregiver), else normal (event log);
 //   - moisture: unit percent, value 0..100. 80 or more is medium (event
@@ -125,6 +129,9 @@ func classify(r Reading, maxIDLen int) (Classification, error) {
 	if err := checkID("deviceId", r.DeviceID, MinDeviceIDLen, maxIDLen); err != nil {
 		return Classification{}, err
 	}
+	if strings.ContainsAny(r.DeviceID, ".*>") {
+		return Classification{}, invalid("deviceId", "must not contain '.', '*' or '>' (it is a subject token)")
+	}
 	if r.Timestamp <= 0 {
 		return Classification{}, invalid("timestamp", "must be positive")
 	}
@@ -137,7 +144,7 @@ func classify(r Reading, maxIDLen int) (Classification, error) {
 		case 1:
 			return Classification{Critical, Caregiver}, nil
 		case 0:
-			return Classification{Normal, EventLog}, nil
+			return Classification{Normal, Caregiver}, nil
 		}
 		return Classification{}, invalid("value", "a fall is 0 or 1")
 	case TypeVitals:
@@ -194,12 +201,15 @@ func checkUnit(r Reading, want string) error {
 }
 
 // EventType is the bridge event type of a classified reading,
-// "care.<route>.<eventType>"; the subject is <root>.<severity>.<EventType>.
+// "care.<route>.<eventType>" (the Event-Type header).
 func (c Classification) EventType(r Reading) string {
 	return "care." + string(c.Route) + "." + r.EventType
 }
 
-// Subject is the subject a classified reading is published on under root.
+// Subject is the subject a classified reading is published on under root:
+// <root>.<severity>.care.<route>.<deviceId>.<eventType>. The device is the
+// fifth token, whatever the severity, so a route can order one device's
+// alerts (ordering key tokens [5], config/sotercare.yaml).
 func (c Classification) Subject(root string, r Reading) (string, error) {
-	return subjects.Name(root, c.Severity.Bridge(), c.EventType(r))
+	return subjects.Name(root, c.Severity.Bridge(), "care."+string(c.Route)+"."+r.DeviceID+"."+r.EventType)
 }

@@ -25,8 +25,8 @@ func TestClassify(t *testing.T) {
 		wantField   string // "" for valid readings
 	}{
 		// fall
-		{"fall 1 is critical for the caregiver", fall, Classification{Critical, Caregiver}, "events.critical.care.caregiver.fall", ""},
-		{"fall 0 is normal for the event log", reading(TypeFall, 0, UnitBoolean), Classification{Normal, EventLog}, "events.info.care.eventlog.fall", ""},
+		{"fall 1 is critical for the caregiver", fall, Classification{Critical, Caregiver}, "events.critical.care.caregiver.bed-3.fall", ""},
+		{"fall 0 (resolved) is normal for the caregiver", reading(TypeFall, 0, UnitBoolean), Classification{Normal, Caregiver}, "events.info.care.caregiver.bed-3.fall", ""},
 		{"fall 0.5", reading(TypeFall, 0.5, UnitBoolean), Classification{}, "", "value"},
 		{"fall 2", reading(TypeFall, 2, UnitBoolean), Classification{}, "", "value"},
 		{"fall -1", reading(TypeFall, -1, UnitBoolean), Classification{}, "", "value"},
@@ -34,22 +34,22 @@ func TestClassify(t *testing.T) {
 		{"fall without unit", reading(TypeFall, 1, ""), Classification{}, "", "unit"},
 		// vitals
 		{"vitals 29.9 bpm", reading(TypeVitals, 29.9, UnitBPM), Classification{}, "", "value"},
-		{"vitals 30 bpm is high", reading(TypeVitals, 30, UnitBPM), Classification{High, Caregiver}, "events.warning.care.caregiver.vitals", ""},
-		{"vitals 49.9 bpm is high", reading(TypeVitals, 49.9, UnitBPM), Classification{High, Caregiver}, "events.warning.care.caregiver.vitals", ""},
-		{"vitals 50 bpm is normal", reading(TypeVitals, 50, UnitBPM), Classification{Normal, EventLog}, "events.info.care.eventlog.vitals", ""},
-		{"vitals 72 bpm is normal", reading(TypeVitals, 72, UnitBPM), Classification{Normal, EventLog}, "events.info.care.eventlog.vitals", ""},
-		{"vitals 120 bpm is normal", reading(TypeVitals, 120, UnitBPM), Classification{Normal, EventLog}, "events.info.care.eventlog.vitals", ""},
-		{"vitals 120.1 bpm is high", reading(TypeVitals, 120.1, UnitBPM), Classification{High, Caregiver}, "events.warning.care.caregiver.vitals", ""},
-		{"vitals 240 bpm is high", reading(TypeVitals, 240, UnitBPM), Classification{High, Caregiver}, "events.warning.care.caregiver.vitals", ""},
+		{"vitals 30 bpm is high", reading(TypeVitals, 30, UnitBPM), Classification{High, Caregiver}, "events.warning.care.caregiver.bed-3.vitals", ""},
+		{"vitals 49.9 bpm is high", reading(TypeVitals, 49.9, UnitBPM), Classification{High, Caregiver}, "events.warning.care.caregiver.bed-3.vitals", ""},
+		{"vitals 50 bpm is normal", reading(TypeVitals, 50, UnitBPM), Classification{Normal, EventLog}, "events.info.care.eventlog.bed-3.vitals", ""},
+		{"vitals 72 bpm is normal", reading(TypeVitals, 72, UnitBPM), Classification{Normal, EventLog}, "events.info.care.eventlog.bed-3.vitals", ""},
+		{"vitals 120 bpm is normal", reading(TypeVitals, 120, UnitBPM), Classification{Normal, EventLog}, "events.info.care.eventlog.bed-3.vitals", ""},
+		{"vitals 120.1 bpm is high", reading(TypeVitals, 120.1, UnitBPM), Classification{High, Caregiver}, "events.warning.care.caregiver.bed-3.vitals", ""},
+		{"vitals 240 bpm is high", reading(TypeVitals, 240, UnitBPM), Classification{High, Caregiver}, "events.warning.care.caregiver.bed-3.vitals", ""},
 		{"vitals 240.1 bpm", reading(TypeVitals, 240.1, UnitBPM), Classification{}, "", "value"},
 		{"vitals in percent", reading(TypeVitals, 72, UnitPercent), Classification{}, "", "unit"},
 		{"vitals in BPM (case matters)", reading(TypeVitals, 72, "BPM"), Classification{}, "", "unit"},
 		// moisture
 		{"moisture -0.1 percent", reading(TypeMoisture, -0.1, UnitPercent), Classification{}, "", "value"},
-		{"moisture 0 percent is normal", reading(TypeMoisture, 0, UnitPercent), Classification{Normal, EventLog}, "events.info.care.eventlog.moisture", ""},
-		{"moisture 79.9 percent is normal", reading(TypeMoisture, 79.9, UnitPercent), Classification{Normal, EventLog}, "events.info.care.eventlog.moisture", ""},
-		{"moisture 80 percent is medium", reading(TypeMoisture, 80, UnitPercent), Classification{Medium, EventLog}, "events.warning.care.eventlog.moisture", ""},
-		{"moisture 100 percent is medium", reading(TypeMoisture, 100, UnitPercent), Classification{Medium, EventLog}, "events.warning.care.eventlog.moisture", ""},
+		{"moisture 0 percent is normal", reading(TypeMoisture, 0, UnitPercent), Classification{Normal, EventLog}, "events.info.care.eventlog.bed-3.moisture", ""},
+		{"moisture 79.9 percent is normal", reading(TypeMoisture, 79.9, UnitPercent), Classification{Normal, EventLog}, "events.info.care.eventlog.bed-3.moisture", ""},
+		{"moisture 80 percent is medium", reading(TypeMoisture, 80, UnitPercent), Classification{Medium, EventLog}, "events.warning.care.eventlog.bed-3.moisture", ""},
+		{"moisture 100 percent is medium", reading(TypeMoisture, 100, UnitPercent), Classification{Medium, EventLog}, "events.warning.care.eventlog.bed-3.moisture", ""},
 		{"moisture 100.1 percent", reading(TypeMoisture, 100.1, UnitPercent), Classification{}, "", "value"},
 		{"moisture in boolean", reading(TypeMoisture, 1, UnitBoolean), Classification{}, "", "unit"},
 		// event type
@@ -58,17 +58,20 @@ func TestClassify(t *testing.T) {
 		{"no event type", reading("", 1, UnitBoolean), Classification{}, "", "eventType"},
 		// ids and timestamp
 		{"eventId of 3 characters", with(fall, func(r *Reading) { r.EventID = "e-1" }), Classification{}, "", "eventId"},
-		{"eventId of 4 characters", with(fall, func(r *Reading) { r.EventID = "e-12" }), Classification{Critical, Caregiver}, "events.critical.care.caregiver.fall", ""},
-		{"eventId of 4 runes, 8 bytes", with(fall, func(r *Reading) { r.EventID = "éééé" }), Classification{Critical, Caregiver}, "events.critical.care.caregiver.fall", ""},
+		{"eventId of 4 characters", with(fall, func(r *Reading) { r.EventID = "e-12" }), Classification{Critical, Caregiver}, "events.critical.care.caregiver.bed-3.fall", ""},
+		{"eventId of 4 runes, 8 bytes", with(fall, func(r *Reading) { r.EventID = "éééé" }), Classification{Critical, Caregiver}, "events.critical.care.caregiver.bed-3.fall", ""},
 		{"empty eventId", with(fall, func(r *Reading) { r.EventID = "" }), Classification{}, "", "eventId"},
 		{"eventId with a space", with(fall, func(r *Reading) { r.EventID = "evt 0001" }), Classification{}, "", "eventId"},
 		{"eventId with a line break", with(fall, func(r *Reading) { r.EventID = "evt\r\n0001" }), Classification{}, "", "eventId"},
 		{"deviceId of 2 characters", with(fall, func(r *Reading) { r.DeviceID = "b3" }), Classification{}, "", "deviceId"},
-		{"deviceId of 3 characters", with(fall, func(r *Reading) { r.DeviceID = "b-3" }), Classification{Critical, Caregiver}, "events.critical.care.caregiver.fall", ""},
+		{"deviceId of 3 characters", with(fall, func(r *Reading) { r.DeviceID = "b-3" }), Classification{Critical, Caregiver}, "events.critical.care.caregiver.b-3.fall", ""},
 		{"deviceId with a tab", with(fall, func(r *Reading) { r.DeviceID = "bed\t3" }), Classification{}, "", "deviceId"},
+		{"deviceId with a dot", with(fall, func(r *Reading) { r.DeviceID = "bed.3" }), Classification{}, "", "deviceId"},
+		{"deviceId with a wildcard", with(fall, func(r *Reading) { r.DeviceID = "bed*" }), Classification{}, "", "deviceId"},
+		{"deviceId with a tail wildcard", with(fall, func(r *Reading) { r.DeviceID = "bed>" }), Classification{}, "", "deviceId"},
 		{"timestamp 0", with(fall, func(r *Reading) { r.Timestamp = 0 }), Classification{}, "", "timestamp"},
 		{"timestamp -1", with(fall, func(r *Reading) { r.Timestamp = -1 }), Classification{}, "", "timestamp"},
-		{"timestamp 1", with(fall, func(r *Reading) { r.Timestamp = 1 }), Classification{Critical, Caregiver}, "events.critical.care.caregiver.fall", ""},
+		{"timestamp 1", with(fall, func(r *Reading) { r.Timestamp = 1 }), Classification{Critical, Caregiver}, "events.critical.care.caregiver.bed-3.fall", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -128,7 +131,7 @@ func TestEvent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev, err := Event(r, c, "corr-1")
+	ev, err := Event("events", r, c, "corr-1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,16 +43,22 @@ type Alert struct {
 	CorrelationID string   `json:"correlationId"`
 }
 
-// Event returns the bridge event for a classified reading: the eventId as
-// event id (Nats-Msg-Id and Event-Id), type care.<route>.<eventType>, the
-// bridge severity, the Alert as payload, and deviceId, careSeverity and
+// Event returns the bridge event for a classified reading under the subject
+// root: the eventId as event id (Nats-Msg-Id and Event-Id), the subject
+// Classification.Subject names, type care.<route>.<eventType>, the bridge
+// severity, the Alert as payload, and deviceId, careSeverity and
 // correlationId as metadata.
-func Event(r Reading, c Classification, correlationID string) (producer.Event, error) {
+func Event(root string, r Reading, c Classification, correlationID string) (producer.Event, error) {
+	subject, err := c.Subject(root, r)
+	if err != nil {
+		return producer.Event{}, err
+	}
 	payload, err := json.Marshal(Alert{Reading: r, CareSeverity: c.Severity, RoutedTo: c.Route, CorrelationID: correlationID})
 	if err != nil {
 		return producer.Event{}, err
 	}
 	return producer.Event{
+		Subject:  subject,
 		ID:       r.EventID,
 		Type:     c.EventType(r),
 		Severity: c.Severity.Bridge(),
@@ -82,7 +88,7 @@ func Submit(ctx context.Context, p *producer.Publisher, r Reading, correlationID
 	if correlationID == "" {
 		correlationID = nuid.Next()
 	}
-	ev, err := Event(r, c, correlationID)
+	ev, err := Event(p.Root(), r, c, correlationID)
 	if err != nil {
 		return Receipt{}, err
 	}
