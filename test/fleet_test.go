@@ -43,7 +43,8 @@ routes:
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	procs := []*proc{runBridge(t, path), runBridge(t, path), runBridge(t, path)}
+	bin := plainBinary(t) // three replicas for 20 s: built without -race (ordering_test.go)
+	procs := []*proc{runBinary(t, bin, path), runBinary(t, bin, path), runBinary(t, bin, path)}
 
 	const n = 1300
 	natstest.NewLedger("fleet", n).Publish(t, js, "events.info.fleet")
