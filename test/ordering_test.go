@@ -235,9 +235,10 @@ func waitOrderQuiet(t *testing.T, js jetstream.JetStream, ordered bool) {
 // event's first 200 means it was in flight at the fault: for the kill,
 // from a second before it to 100 ms after it (a request the killed
 // process sent may still be read by the destination); for the restart,
-// from a second before the server went down to ack_wait after it was back
-// (a message pulled before the restart may be sent after it, until the
-// server hands it out again).
+// from a second before the server went down to twice ack_wait after it was
+// back (a message pulled before the restart may be sent after it, until the
+// server hands it out again; the restart drops every pin, and an ack lost
+// in the hand-backs that follow shows one ack_wait after the re-pin).
 func orderScenario(t *testing.T, ordered bool) (orderReport, [2]faultSpan) {
 	srv := jetbridgetest.NewServer(t)
 	_, js := srv.Connect(t)
@@ -277,7 +278,7 @@ func orderScenario(t *testing.T, ordered bool) (orderReport, [2]faultSpan) {
 
 	r = analyseOrder(led.all(), "o", orderKeys, orderPerKey)
 	t.Logf("ordered=%t: %d requests; %s", ordered, led.reqs, r)
-	return r, [2]faultSpan{{killed.Add(-time.Second), killed.Add(100 * time.Millisecond)}, {down.Add(-time.Second), up.Add(orderAck)}}
+	return r, [2]faultSpan{{killed.Add(-time.Second), killed.Add(100 * time.Millisecond)}, {down.Add(-time.Second), up.Add(2 * orderAck)}}
 }
 
 // faultSpan is [from, to].
