@@ -53,16 +53,6 @@ import (
 //     owner is pinned at once.
 //   - The messages in the process never exceed B (orderedBuffer): every
 //     pulled message holds one of the route's B tokens until it leaves.
-//   - A fence ends: its partition's unacknowledged messages are at most B
-//     (the consumer's MaxAckPending), all of them due for redelivery
-//     ack_wait after the gain at the latest, and served before new ones.
-//     What it may lack is tokens, taken by the messages other fenced
-//     partitions pulled while fenced, which wait too: a fenced partition
-//     that finds no token once ack_wait has passed becomes the senior
-//     fence, and every other fenced partition hands back what it pulled
-//     while fenced and pulls nothing until the senior fence has ended
-//     (yield). Without it, fenced partitions holding all B tokens wait for
-//     each other for good.
 
 // leaseMargin is taken off the lease for the time between a pull's
 // sending and its arrival at the server, which starts the pin's timer.
@@ -89,9 +79,6 @@ type orderedConfig struct {
 	// holdMax is the longest redelivery delay held in the process: every
 	// delay is (math.MaxInt64); only negative controls lower it.
 	holdMax time.Duration
-	// yield: fenced partitions give their tokens to a senior fence that
-	// lacks them. Only a negative control turns it off.
-	yield bool
 }
 
 // orderedConfigOf is the configuration of ordered route rc; timeout is
@@ -107,7 +94,6 @@ func orderedConfigOf(rc *config.Route, timeout time.Duration) orderedConfig {
 		leaseCut:  timeout,
 		pinned:    true,
 		holdMax:   math.MaxInt64,
-		yield:     true,
 	}
 }
 
@@ -131,11 +117,6 @@ type orderedRoute struct {
 	// blocks is the bucket holding the route's block records (on_dead_letter:
 	// block only; nil otherwise), which every replica watches.
 	blocks jetstream.KeyValue
-
-	// senior is the fenced partition that found no token for a message
-	// it waits for (nil: none); the others yield to it while it is fenced.
-	seniorMu sync.Mutex
-	senior   *partition
 
 	workers sync.WaitGroup
 	pullers sync.WaitGroup
@@ -339,9 +320,6 @@ func (o *orderedRoute) pull(ctx context.Context, p *partition) {
 			return
 		}
 		if n == 0 {
-			if fenced {
-				o.starved(p)
-			}
 			if alive {
 				o.keepAlive(ctx, p, half)
 			}
@@ -368,20 +346,9 @@ func (o *orderedRoute) pull(ctx context.Context, p *partition) {
 // more would take the room the previous owner's messages need to come
 // back. Once they are due for redelivery (ack_wait after the gain), the
 // server serves them before any new message, so one more is pulled at a
-// time until they are all here. While another partition is the senior
-// fence (starved), p yields to it and pulls nothing.
+// time until they are all here.
 func (o *orderedRoute) fencedPull(ctx context.Context, p *partition) int {
 	o.checkFence(ctx, p)
-	p.mu.Lock()
-	fenced := p.fenced
-	p.mu.Unlock()
-	if !fenced {
-		return o.cfg.batch
-	}
-	if s := o.seniorFence(); s != nil && s != p {
-		o.yieldTo(ctx, p, s)
-		return 0
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.fenced {
@@ -394,64 +361,6 @@ func (o *orderedRoute) fencedPull(ctx context.Context, p *partition) int {
 		return 1
 	}
 	return 0
-}
-
-// starved notes that fenced partition p found no token for a pull: once
-// ack_wait has passed since its fence began, every message it waits for
-// is due, and only tokens are missing; p becomes the senior fence unless
-// another fenced partition is already.
-func (o *orderedRoute) starved(p *partition) {
-	if !o.cfg.yield {
-		return
-	}
-	p.mu.Lock()
-	due := p.owned && p.fenced && time.Since(p.fencedAt) > o.r.cfg.AckWait.D()
-	p.mu.Unlock()
-	if !due {
-		return
-	}
-	if o.seniorFence() != nil {
-		return
-	}
-	o.seniorMu.Lock()
-	if o.senior == nil {
-		o.senior = p
-		o.r.log.Info().Int("partition", p.n).Msg("fenced partition waits for tokens: the other fenced partitions yield theirs to it")
-	}
-	o.seniorMu.Unlock()
-}
-
-// seniorFence is the senior fence, nil when there is none or it ended.
-func (o *orderedRoute) seniorFence() *partition {
-	o.seniorMu.Lock()
-	defer o.seniorMu.Unlock()
-	s := o.senior
-	if s == nil {
-		return nil
-	}
-	s.mu.Lock()
-	on := s.owned && s.fenced
-	s.mu.Unlock()
-	if !on {
-		o.senior = nil
-		return nil
-	}
-	return s
-}
-
-// yieldTo hands back what fenced partition p pulled while fenced (p stays
-// fenced: those messages are among what its fence waits for), so that
-// the tokens go to senior fence s, and paces p's loop while it pulls
-// nothing.
-func (o *orderedRoute) yieldTo(ctx context.Context, p, s *partition) {
-	p.mu.Lock()
-	pending := p.pending
-	p.pending = nil
-	p.mu.Unlock()
-	if n := o.handBack(pending); n > 0 {
-		o.r.log.Info().Int("partition", p.n).Int("senior", s.n).Int("messages", n).Msg("fenced partition yields to a senior fence: handed back what it pulled while fenced")
-	}
-	sleep(ctx, fenceEvery)
 }
 
 // fetch makes one pull of n (tokens taken) on p.
