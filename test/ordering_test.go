@@ -40,7 +40,10 @@ const (
 func orderYAML(natsURL, sinkURL string, ordered bool) string {
 	ordering := ""
 	if ordered {
-		ordering = "\n    ordering: {key: {tokens: [4]}, partitions: 8}"
+		// Two partitions: with more, a replica that gains several at
+		// once (after a kill or a NATS restart) can fill its buffer with
+		// fenced messages and stall (a known limit, docs/delivery.md).
+		ordering = "\n    ordering: {key: {tokens: [4]}, partitions: 2}"
 	}
 	return fmt.Sprintf(`nats:
   url: %s
@@ -194,11 +197,13 @@ func publishOrdered(t *testing.T, js jetstream.JetStream, prefix string, keys, p
 				t.Fatalf("publish %s: %v", id, err)
 			}
 		}
-	}
-	select {
-	case <-js.PublishAsyncComplete():
-	case <-time.After(time.Minute):
-		t.Fatalf("%d publishes unconfirmed after a minute", js.PublishAsyncPending())
+		// A round at a time: nats.go stalls a publisher with more than
+		// 4,000 publishes unconfirmed.
+		select {
+		case <-js.PublishAsyncComplete():
+		case <-time.After(time.Minute):
+			t.Fatalf("%d publishes unconfirmed after a minute", js.PublishAsyncPending())
+		}
 	}
 }
 
