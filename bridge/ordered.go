@@ -213,15 +213,10 @@ func (t *keyTable) next(ctx context.Context) (*heldMsg, error) {
 func (t *keyTable) done(h *heldMsg) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	q := t.keys[h.key]
-	if q == nil || len(q.msgs) == 0 || q.msgs[0] != h {
+	q := t.pop(h)
+	if q == nil {
 		return
 	}
-	q.msgs[0] = nil
-	q.msgs = q.msgs[1:]
-	q.busy = false
-	q.notBefore = time.Time{}
-	t.held--
 	if len(q.msgs) == 0 {
 		delete(t.keys, h.key)
 		return
@@ -234,16 +229,24 @@ func (t *keyTable) done(h *heldMsg) {
 func (t *keyTable) block(h *heldMsg, dlq uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if q := t.pop(h); q != nil {
+		q.blocked, q.blockedBy = true, dlq
+	}
+}
+
+// pop takes head h off its key's queue (the caller holds t.mu) and returns
+// the queue, or nil when h is not its key's head.
+func (t *keyTable) pop(h *heldMsg) *keyQueue {
 	q := t.keys[h.key]
 	if q == nil || len(q.msgs) == 0 || q.msgs[0] != h {
-		return
+		return nil
 	}
 	q.msgs[0] = nil
 	q.msgs = q.msgs[1:]
 	q.busy = false
 	q.notBefore = time.Time{}
-	q.blocked, q.blockedBy = true, dlq
 	t.held--
+	return q
 }
 
 // blockedKeys returns the blocked keys and how many messages each holds.

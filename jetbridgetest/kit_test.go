@@ -276,3 +276,32 @@ func TestDelayHangAndSequenceCheckCatchesIgnoredScript(t *testing.T) {
 		t.Fatal("a receiver answering 200 to everything passed the check")
 	}
 }
+
+// WaitQuiet waits for an ordered route too (its partitioned copy): an
+// event published and refused twice by the receiver is still unsettled
+// when WaitQuiet is called, and delivered (three requests) when it
+// returns. Checked against a WaitQuiet that ignores ordered routes: it
+// returns with 0 or 1 request, and so did one that trusted the copy's
+// lag as the server last reported it (0 requests).
+func TestWaitQuietOrderedRoute(t *testing.T) {
+	t.Parallel()
+	srv := jetbridgetest.NewServer(t)
+	rec := jetbridgetest.NewReceiver(t, jetbridgetest.WithScript(jetbridgetest.Sequence(503, 503, 200)))
+	b := jetbridgetest.StartBridge(t, srv, fmt.Sprintf(`
+shutdown_timeout: 200ms
+destinations:
+  receiver:
+    url: %s/events
+routes:
+  - name: r
+    subjects: ["events.>"]
+    destination: receiver
+    backoff: [300ms]
+    ordering: {key: subject, partitions: 2}
+`, rec.URL()))
+	srv.Publish(t, producer.Event{ID: "o-1", Type: "order.created", Payload: []byte(`{"n":1}`)})
+	b.WaitQuiet(t)
+	if n := len(rec.Events("o-1")); n != 3 {
+		t.Fatalf("%d requests for o-1 when WaitQuiet returned, want 3 (two 503s, then delivered)", n)
+	}
+}
