@@ -51,8 +51,13 @@ import (
 //     is handed back (NakWithDelay interruptedDelay) in copy order, key by
 //     key; on a graceful stop the partition is then unpinned, so the next
 //     owner is pinned at once.
-//   - The messages in the process never exceed B (orderedBuffer): every
-//     pulled message holds one of the route's B tokens until it leaves.
+//   - The messages in the process never exceed 2B (orderedBuffer): every
+//     pulled message holds one of the route's B tokens until it leaves,
+//     or, only for a fenced partition whose missing messages are due, one
+//     of B extra places (over), which a leaving message gives back before
+//     a token (so no token is free while an extra place is taken). Fences
+//     that hold every token between them thus still end: they pull what
+//     they wait for on the extra places.
 
 // leaseMargin is taken off the lease for the time between a pull's
 // sending and its arrival at the server, which starts the pin's timer.
@@ -106,6 +111,10 @@ type orderedRoute struct {
 	block bool // on_dead_letter: block
 	// tokens: one per message in the process (B).
 	tokens chan struct{}
+	// over: B more places, taken one pull at a time by fenced partitions
+	// whose missing messages are due when no token is free (overdraw),
+	// and given back before tokens as messages leave (release).
+	over chan struct{}
 
 	// Set by provision, once: the copy and one consumer handle per
 	// partition, kept for the process's life (the pin id lives on it).
@@ -137,6 +146,9 @@ type partition struct {
 	epoch    uint64 // ownership epochs: a new one on every gain
 	fenced   bool
 	fencedAt time.Time
+	// missing: at the fence's last check, how many unacknowledged
+	// messages of the partition were not in this process.
+	missing  int
 	pending  []*heldMsg // pulled while fenced, copy order
 	leaseEnd time.Time
 	cut      *time.Timer
@@ -152,9 +164,11 @@ func newOrderedRoute(r *route) (*orderedRoute, error) {
 	}
 	cfg := orderedConfigOf(r.cfg, r.dest.cfg.Timeout.D())
 	o := &orderedRoute{
-		r: r, cfg: cfg, key: key, tab: newKeyTable(cfg.buffer),
+		// The table holds what the tokens and the extra places admit.
+		r: r, cfg: cfg, key: key, tab: newKeyTable(2 * cfg.buffer),
 		block:  r.cfg.Ordering.OnDeadLetter == config.OnDeadLetterBlock,
 		tokens: make(chan struct{}, cfg.buffer),
+		over:   make(chan struct{}, cfg.buffer),
 		m:      r.b.m.ordered.forRoute(r.cfg.Name),
 	}
 	return o, nil
@@ -270,9 +284,37 @@ func (o *orderedRoute) acquire(ctx context.Context, n int, wait time.Duration) i
 	return got
 }
 
+// release gives back the places of n messages that leave: extra places
+// first (messages are alike: what counts is how many are in the process).
 func (o *orderedRoute) release(n int) {
 	for range n {
-		<-o.tokens
+		select {
+		case <-o.over:
+		default:
+			<-o.tokens
+		}
+	}
+}
+
+// overdraw takes one extra place for fenced partition p when every token
+// is taken: only while p's fence misses messages that are due for
+// redelivery (they were delivered to the previous owner at least ack_wait
+// before p was gained, or handed back with a shorter delay), so the pull
+// it makes gets one of them first (the server redelivers before it
+// delivers anew). Without it, fences that hold every token between them
+// would wait for ever for messages they have no place to pull.
+func (o *orderedRoute) overdraw(p *partition) bool {
+	p.mu.Lock()
+	due := p.fenced && p.missing > 0 && time.Since(p.fencedAt) > o.r.cfg.AckWait.D()
+	p.mu.Unlock()
+	if !due {
+		return false
+	}
+	select {
+	case o.over <- struct{}{}:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -315,6 +357,9 @@ func (o *orderedRoute) pull(ctx context.Context, p *partition) {
 			expiry = fenceEvery
 		}
 		n := o.acquire(ctx, want, min(expiry, half))
+		if n == 0 && fenced && o.overdraw(p) {
+			n = 1
+		}
 		if ctx.Err() != nil {
 			o.release(n)
 			return
@@ -504,7 +549,7 @@ func (o *orderedRoute) gain(ctx context.Context, p *partition, pin string) {
 	if !o.cfg.pinned {
 		return
 	}
-	p.fenced, p.fencedAt = true, time.Now()
+	p.fenced, p.fencedAt, p.missing = true, time.Now(), 0
 	p.leaseEnd = time.Now() // renewed by the caller
 	if p.cut != nil {
 		p.cut.Stop()
@@ -546,6 +591,11 @@ func (o *orderedRoute) checkFence(ctx context.Context, p *partition) {
 	for _, seq := range o.tab.seqsOf(p.n, epoch) {
 		here[seq] = true
 	}
+	p.mu.Lock()
+	if p.epoch == epoch {
+		p.missing = max(0, info.NumAckPending-len(here))
+	}
+	p.mu.Unlock()
 	if info.NumAckPending > len(here) {
 		return
 	}
@@ -559,7 +609,7 @@ func (o *orderedRoute) checkFence(ctx context.Context, p *partition) {
 		return
 	}
 	pending := p.pending
-	p.pending, p.fenced = nil, false
+	p.pending, p.fenced, p.missing = nil, false, 0
 	since := p.fencedAt
 	p.mu.Unlock()
 	// In copy order: redeliveries arrive in any order, and a key's head
