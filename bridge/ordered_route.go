@@ -408,11 +408,17 @@ func (o *orderedRoute) fencedPull(ctx context.Context, p *partition) int {
 	return 0
 }
 
-// fetch makes one pull of n (tokens taken) on p.
+// fetch makes one pull of n (tokens taken) on p. The pull expires at the
+// server after expiry and is read to its end, even once ctx ends (at most
+// expiry + 1 s): a pull read with a context would stop listening a tenth
+// of its expiry after the server's end (nats.go's FetchContext), too short
+// a margin on a loaded machine, and the message the server sent in that
+// margin would be lost in flight (back only after ack_wait, which a fence
+// waits for) and the pull's answer too (the lease not renewed). What
+// arrives after ctx ended is received as usual and handed back with the
+// rest.
 func (o *orderedRoute) fetch(ctx context.Context, p *partition, n int, expiry time.Duration) error {
-	fctx, cancel := context.WithTimeout(ctx, expiry)
-	defer cancel()
-	opts := []jetstream.FetchOpt{jetstream.FetchContext(fctx)}
+	opts := []jetstream.FetchOpt{jetstream.FetchMaxWait(expiry)}
 	if expiry >= 2*time.Second {
 		opts = append(opts, jetstream.FetchHeartbeat(fetchHeartbeat))
 	}
@@ -431,37 +437,58 @@ func (o *orderedRoute) fetch(ctx context.Context, p *partition, n int, expiry ti
 		o.receive(ctx, p, m, sent)
 	}
 	o.release(n - got)
-	return o.answered(ctx, p, batch.Error(), sent)
+	heard := got > 0 || time.Since(sent) < expiry+answerMargin
+	return o.answered(ctx, p, batch.Error(), sent, heard)
 }
 
 // keepAlive keeps an owned partition's pin while it pulls nothing else:
 // a pull of one byte, which delivers nothing (a pending message ends it
-// at once, then it is paced by the wait before it), open at most wait.
+// at once, then it is paced by the wait before it), open at most wait at
+// the server and read to its end (fetch says why), unless ctx ends.
 func (o *orderedRoute) keepAlive(ctx context.Context, p *partition, wait time.Duration) {
-	fctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
 	sent := time.Now()
-	batch, err := p.cons.FetchBytes(1, jetstream.FetchContext(fctx), jetstream.FetchPriorityGroup(orderingGroup))
+	batch, err := p.cons.FetchBytes(1, jetstream.FetchMaxWait(wait), jetstream.FetchPriorityGroup(orderingGroup))
 	if err != nil {
 		return
 	}
-	for m := range batch.Messages() { // cannot happen: no message fits in 1 byte
-		o.r.log.Error().Int("partition", p.n).Msg("a keep-alive pull delivered a message; handed back")
-		_ = m.NakWithDelay(interruptedDelay)
+	msgs := batch.Messages()
+	for {
+		select {
+		case <-ctx.Done():
+			return // nothing is lost: it delivers no message
+		case m, ok := <-msgs:
+			if !ok {
+				_ = o.answered(ctx, p, batch.Error(), sent, time.Since(sent) < wait+answerMargin)
+				return
+			}
+			// Cannot happen: no message fits in 1 byte.
+			o.r.log.Error().Int("partition", p.n).Msg("a keep-alive pull delivered a message; handed back")
+			_ = m.NakWithDelay(interruptedDelay)
+		}
 	}
-	_ = o.answered(ctx, p, batch.Error(), sent)
 }
 
+// answerMargin is how long after its expiry a pull's end still counts as
+// the server's answer. nats.go ends a pull the server did not answer
+// expiry + 1 s after it was sent, as if it had ended without messages.
+const answerMargin = 500 * time.Millisecond
+
 // answered takes the end of a pull sent at sent: a wrong pin loses the
-// partition; a pull the server answered renews an owned partition's
-// lease, if it was sent while the lease held. It returns the pull's
-// failure, nil for an answer.
-func (o *orderedRoute) answered(ctx context.Context, p *partition, err error, sent time.Time) error {
+// partition; a pull the server answered (heard: it delivered messages, or
+// ended before expiry + answerMargin) renews an owned partition's lease,
+// if it was sent while the lease held. It returns the pull's failure,
+// nil for an answer.
+func (o *orderedRoute) answered(ctx context.Context, p *partition, err error, sent time.Time, heard bool) error {
 	switch {
 	case errors.Is(err, jetstream.ErrPinIDMismatch):
 		o.lose(p, "the server pinned another replica")
 		return nil
-	case err == nil, errors.Is(err, jetstream.ErrNoMessages):
+	case !heard && (err == nil || errors.Is(err, jetstream.ErrNoMessages)):
+		return nil // no answer: the lease is not renewed
+	case err == nil, errors.Is(err, jetstream.ErrNoMessages),
+		// A keep-alive's answer when a message is waiting: the server
+		// took the pull with our pin.
+		errors.Is(err, jetstream.ErrMaxBytesExceeded):
 		o.renew(p, sent)
 		return nil
 	case ctx.Err() != nil, errors.Is(err, context.DeadlineExceeded):
