@@ -3,7 +3,6 @@ package bridge
 import (
 	"context"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,8 +15,9 @@ import (
 	"github.com/sotercare/jetbridge/internal/natstest"
 )
 
-// The known limit "many partitions gained at once"
-// (docs/delivery.md#ordered-delivery), made deterministic. The straggler
+// Many partitions gained at once (docs/delivery.md#ordered-delivery), the
+// stall it caused before fences could pull on extra places, made
+// deterministic. The straggler
 // once seen after a SIGTERM hand-over between two replicas matches it (and
 // so did the stalls of a two-process hunt, with each partition's consumer
 // at 65 acknowledgements pending: 64 held, 1 never redelivered): the
@@ -30,19 +30,15 @@ import (
 // message (due ack_wait after it was delivered), and meanwhile the two
 // fenced partitions pull new messages until they hold all of the route's B
 // places (B = 64 here; a fenced partition holds up to two batches, 2 ×
-// 16). Then the message, once due, is never pulled: nothing is delivered
-// again, for good (the held messages get progress acks, the pins are kept
-// alive).
+// 16). Without extra places the message, once due, was never pulled:
+// nothing was delivered again, for good (the held messages get progress
+// acks, the pins are kept alive). Now the fences pull it on extra places
+// (overdraw) and every event is delivered, in order.
 //
-// It fails until a fenced partition can always pull the previous owner's
-// messages once they are due, so it runs only with
-// JETBRIDGE_TEST_KNOWN_LIMITS=1. Negative control: the previous owner keeps
+// Negative control: the previous owner keeps
 // its two messages with progress acks, so they never come back; the same
 // check must then find events undelivered.
 func TestOrderedFencesGainedAtOnce(t *testing.T) {
-	if v, _ := strconv.ParseBool(os.Getenv("JETBRIDGE_TEST_KNOWN_LIMITS")); !v {
-		t.Skip("known limit, docs/delivery.md#ordered-delivery: fails until a fenced partition can always pull the previous owner's messages once they are due (JETBRIDGE_TEST_KNOWN_LIMITS=1 runs it)")
-	}
 	if err := fencesGainedAtOnce(t, false); err != nil {
 		t.Fatal(err)
 	}
@@ -144,21 +140,17 @@ func fencesGainedAtOnce(t testing.TB, keep bool) error {
 }
 
 // A replica that stops gracefully while it holds keys waiting for a
-// backoff, with a backlog in the copy: the known limit again, without any
+// backoff, with a backlog in the copy: the same stall, without any
 // message lost on its way. The owner of both partitions holds a full
 // buffer (B = 64: every key's first event waits for a 10 s backoff, its
 // later events behind it) while the backlog builds up, then stops: it
 // hands its 64 messages back (due after interruptedDelay) and unpins. The
 // other replica gains both partitions at once; its first pulls bring new
 // messages of the backlog, and its two fences hold every place before
-// they have all of the previous owner's 64. Nothing is delivered again.
-// Runs only with JETBRIDGE_TEST_KNOWN_LIMITS=1, as
-// TestOrderedFencesGainedAtOnce. Negative control: the destination keeps
+// they have all of the previous owner's 64; without extra places nothing
+// was delivered again. Negative control: the destination keeps
 // answering 503, so the same check must find events undelivered.
 func TestOrderedStopHoldingKeys(t *testing.T) {
-	if v, _ := strconv.ParseBool(os.Getenv("JETBRIDGE_TEST_KNOWN_LIMITS")); !v {
-		t.Skip("known limit, docs/delivery.md#ordered-delivery: fails until a fenced partition can always pull the previous owner's messages (JETBRIDGE_TEST_KNOWN_LIMITS=1 runs it)")
-	}
 	if err := stopHoldingKeys(t, false); err != nil {
 		t.Fatal(err)
 	}

@@ -296,26 +296,31 @@ func (o *orderedRoute) release(n int) {
 	}
 }
 
-// overdraw takes one extra place for fenced partition p when every token
-// is taken: only while p's fence misses messages that are due for
-// redelivery (they were delivered to the previous owner at least ack_wait
-// before p was gained, or handed back with a shorter delay), so the pull
-// it makes gets one of them first (the server redelivers before it
-// delivers anew). Without it, fences that hold every token between them
-// would wait for ever for messages they have no place to pull.
-func (o *orderedRoute) overdraw(p *partition) bool {
+// overdraw takes extra places for fenced partition p when every token is
+// taken, one for each message p's fence misses (as many as are free):
+// only while those messages are due for redelivery (they were delivered
+// to the previous owner at least ack_wait before p was gained, or handed
+// back with a shorter delay), so the pull it makes gets them first (the
+// server redelivers before it delivers anew). Without it, fences that
+// hold every token between them would wait for ever for messages they
+// have no place to pull. It returns how many places it took.
+func (o *orderedRoute) overdraw(p *partition) int {
 	p.mu.Lock()
-	due := p.fenced && p.missing > 0 && time.Since(p.fencedAt) > o.r.cfg.AckWait.D()
+	want := 0
+	if p.fenced && time.Since(p.fencedAt) > o.r.cfg.AckWait.D() {
+		want = p.missing
+	}
 	p.mu.Unlock()
-	if !due {
-		return false
+	got := 0
+	for got < want {
+		select {
+		case o.over <- struct{}{}:
+			got++
+		default:
+			return got
+		}
 	}
-	select {
-	case o.over <- struct{}{}:
-		return true
-	default:
-		return false
-	}
+	return got
 }
 
 // pull is partition p's pull loop. An owned partition's pin is renewed
@@ -346,6 +351,11 @@ func (o *orderedRoute) pull(ctx context.Context, p *partition) {
 			continue
 		}
 		want := o.cfg.batch
+		if !owned && o.cfg.pinned {
+			// A bid for the pin: the pull that gains the partition brings
+			// one message and ends, so the fence is checked at once.
+			want = 1
+		}
 		expiry := o.cfg.expiry
 		if fenced {
 			if want = o.fencedPull(ctx, p); want == 0 {
@@ -357,8 +367,8 @@ func (o *orderedRoute) pull(ctx context.Context, p *partition) {
 			expiry = fenceEvery
 		}
 		n := o.acquire(ctx, want, min(expiry, half))
-		if n == 0 && fenced && o.overdraw(p) {
-			n = 1
+		if n == 0 && fenced {
+			n = o.overdraw(p)
 		}
 		if ctx.Err() != nil {
 			o.release(n)
@@ -470,8 +480,10 @@ func (o *orderedRoute) keepAlive(ctx context.Context, p *partition, wait time.Du
 
 // answerMargin is how long after its expiry a pull's end still counts as
 // the server's answer. nats.go ends a pull the server did not answer
-// expiry + 1 s after it was sent, as if it had ended without messages.
-const answerMargin = 500 * time.Millisecond
+// expiry + 1 s after it was sent, without an error and without messages,
+// as the server's answer (408) would; a timer cannot fire early, so an
+// end before expiry + answerMargin is the server's.
+const answerMargin = 900 * time.Millisecond
 
 // answered takes the end of a pull sent at sent: a wrong pin loses the
 // partition; a pull the server answered (heard: it delivered messages, or

@@ -42,9 +42,9 @@ const (
 func orderYAML(natsURL, sinkURL string, ordered bool, ackWait time.Duration) string {
 	ordering := ""
 	if ordered {
-		// Two partitions: with more, a replica that gains several at
-		// once (after a kill or a NATS restart) can fill its buffer with
-		// fenced messages and stall (a known limit, docs/delivery.md).
+		// Two partitions: a kill or a NATS restart makes the other
+		// replica gain both at once (docs/delivery.md, "Many partitions
+		// gained at once").
 		ordering = "\n    ordering: {key: {tokens: [4]}, partitions: 2}"
 	}
 	return fmt.Sprintf(`nats:
@@ -333,16 +333,16 @@ func TestOrderedAcrossReplicas(t *testing.T) {
 // "Hand-over bound"): a steady flow of events over handOverKeys keys to
 // two replicas, then the replica that delivers is killed or stopped.
 //
-// The flow stays below the known limit "many partitions gained at once"
-// (docs/delivery.md): the replica that takes over gains both partitions,
-// and a fenced partition keeps what it pulls until its fence ends. After a
-// SIGTERM, a fence can wait ack_wait for a message that was on its way to
-// the stopping replica; if both wait and the two fences pull all of B =
-// 128 places meanwhile, the replica stalls for good. At 25 events a second
-// the two fences take in about 70 in ack_wait and the hand-over. At 250 a
-// second, a SIGTERM hand-over after a SIGKILL and a restart stalled in 2 of
-// 23 runs (December 2026); bridge/ordered_handover_test.go reproduces the
-// stall deterministically.
+// The flow is slow (25 events a second): the replica that takes over gains
+// both partitions, and a fenced partition keeps what it pulls until its
+// fence ends. After a SIGTERM, a fence can wait ack_wait for a message
+// that was on its way to the stopping replica; if both wait and the two
+// fences pull all of B = 128 places meanwhile, they pull what they wait
+// for on extra places only ack_wait after their gain (docs/delivery.md,
+// "Many partitions gained at once"; before those, the replica stalled: at
+// 250 a second, in 2 of 23 runs, December 2026). The hand-over measured
+// is the one without that wait; bridge/ordered_handover_test.go tests the
+// wait.
 const (
 	handOverKeys  = 8
 	handOverEvery = 40 * time.Millisecond // 25 events a second, a key's every 320 ms
@@ -404,8 +404,8 @@ func startHandOver(t *testing.T, ackWait time.Duration) *handOver {
 	// the replicas caught up (at most handOverKeys events, 320 ms of flow,
 	// not delivered yet). Right after the start the owner still works off
 	// what was published while it started, and the replica taking over
-	// would gain both partitions with a backlog (the known limit above):
-	// the hand-over measured is the steady one.
+	// would gain both partitions with a backlog (above): the hand-over
+	// measured is the steady one.
 	var first time.Time
 	natstest.Eventually(t, 30*time.Second, func() error {
 		oks := h.led.all()
