@@ -1,0 +1,241 @@
+package bridge
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sotercare/jetbridge/internal/natstest"
+)
+
+// The NATS users of the rebalancing tests: "bridge" may do everything,
+// "mute" everything but write a presence record (the seam of the
+// negative controls: a replica that cannot announce itself).
+var balanceUsers = []natstest.User{
+	{Name: "bridge", Password: "bridge-pw"},
+	{Name: "mute", Password: "mute-pw", DenyPublish: []string{"$KV.EVENTS_BRIDGE.ord.*.member.*"}},
+}
+
+// balanceFlow publishes rounds of events (round i: event <key>-<i> of each
+// key) while the sink keeps up: a round goes out once all but the last
+// two are delivered, so every partition gets messages all the time.
+type balanceFlow struct {
+	stop   chan struct{}
+	done   chan struct{}
+	once   sync.Once
+	rounds int // published, read after done
+	err    error
+}
+
+func startBalanceFlow(pub jetstream.JetStream, s *orderSink, keys int) *balanceFlow {
+	f := &balanceFlow{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(f.done)
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			for s.delivered() < (f.rounds-2)*keys {
+				select {
+				case <-f.stop:
+					return
+				case <-tick.C:
+				}
+			}
+			select {
+			case <-f.stop:
+				return
+			default:
+			}
+			for k := range keys {
+				id := "k" + strconv.Itoa(k) + "-" + strconv.Itoa(f.rounds)
+				msg := &nats.Msg{Subject: "events.info.ord.k" + strconv.Itoa(k), Data: []byte(`{}`), Header: nats.Header{}}
+				msg.Header.Set(jetstream.MsgIDHeader, id)
+				msg.Header.Set("Event-Id", id)
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_, err := pub.PublishMsg(ctx, msg)
+				cancel()
+				if err != nil {
+					f.err = err
+					return
+				}
+			}
+			f.rounds++
+		}
+	}()
+	return f
+}
+
+// end stops the flow and returns how many rounds it published.
+func (f *balanceFlow) end() (int, error) {
+	f.once.Do(func() { close(f.stop) })
+	<-f.done
+	return f.rounds, f.err
+}
+
+// wantShares is the owned counts P partitions spread over n replicas
+// should end at, sorted.
+func wantShares(p, n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = p / n
+		if i >= n-p%n {
+			out[i]++
+		}
+	}
+	return out
+}
+
+// rebalance runs an ordered route of `partitions` partitions on one
+// replica (user users[0]) while events flow, until it owns every
+// partition; then the others start (their users users[1:]). Within
+// `bound` of the last start the owned counts must be the shares (see
+// wantShares) with each replica's /status share equal to what it owns,
+// and stay so while `hold` more rounds of events are delivered; then
+// every event is delivered with 0 inversions and no replica lost a
+// partition. It returns the replicas, for the caller's exact counts.
+func rebalance(t testing.TB, partitions int, users []string, bound time.Duration, hold int) ([]*harness, error) {
+	const keys = 40
+	srv := natstest.StartUsers(t, balanceUsers...)
+	s := newOrderSink(t, flaky)
+	y := strings.Replace(orderedYAML(s.sink.URL(), true, ", max_in_flight: 8"), "partitions: 8", "partitions: "+strconv.Itoa(partitions), 1)
+	cfg := testConfig(t, "%s", y)
+	hs := []*harness{startHarnessAt(t, nil, srv.URLFor(t, users[0]), cfg, faults{}, nil)}
+	flow := startBalanceFlow(hs[0].pub, s, keys)
+	defer flow.end()
+	owned := func() []int {
+		out := make([]int, len(hs))
+		for i, h := range hs {
+			out[i] = len(h.b.routes[0].ord.status().Owned)
+		}
+		return out
+	}
+	if !waitUntil(20*time.Second, func() bool { return owned()[0] == partitions }) {
+		return hs, fmt.Errorf("the first replica owns %d of %d partitions", owned()[0], partitions)
+	}
+	for _, u := range users[1:] {
+		hs = append(hs, startHarnessAt(t, nil, srv.URLFor(t, u), cfg, faults{}, nil))
+	}
+	started := time.Now()
+	want := wantShares(partitions, len(hs))
+	balanced := func() bool {
+		got := owned()
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			return false
+		}
+		for _, h := range hs {
+			if st := h.b.routes[0].ord.status(); st.Members != len(hs) || st.Share != len(st.Owned) {
+				return false
+			}
+		}
+		return true
+	}
+	if !waitUntil(bound, balanced) {
+		return hs, fmt.Errorf("%v after %v: owned %v, want %v (sorted)", bound, time.Since(started).Round(time.Millisecond), owned(), want)
+	}
+	took := time.Since(started)
+	// Held: no ownership moves while `hold` more rounds are delivered.
+	from := s.delivered()
+	var moved error
+	waitUntil(time.Minute, func() bool {
+		if !balanced() {
+			moved = fmt.Errorf("the partitions moved again after they were spread: owned %v", owned())
+			return true
+		}
+		return s.delivered() >= from+hold*keys
+	})
+	if moved != nil {
+		return hs, moved
+	}
+	rounds, err := flow.end()
+	if err != nil {
+		return hs, fmt.Errorf("publish: %w", err)
+	}
+	t.Logf("spread %v over %d replicas %v after the last start; held while %d events were delivered", owned(), len(hs), took.Round(time.Millisecond), s.delivered()-from)
+	if !waitUntil(time.Minute, func() bool { return s.delivered() == rounds*keys }) {
+		return hs, fmt.Errorf("%d of %d events delivered", s.delivered(), rounds*keys)
+	}
+	if inv := s.inversions(); inv != 0 {
+		return hs, fmt.Errorf("%d inversions", inv)
+	}
+	for i, h := range hs {
+		if n := changes(h, "lost"); n != 0 {
+			return hs, fmt.Errorf("replica %d lost %v partitions", i, n)
+		}
+	}
+	return hs, nil
+}
+
+// changes is h's bridge_partition_ownership_changes_total{route="r"} of
+// change.
+func changes(h *harness, change string) float64 {
+	n, _ := counterValue(h.reg, "bridge_partition_ownership_changes_total", map[string]string{"route": "r", "change": change})
+	return n
+}
+
+// A replica that joins takes its share: replica A alone owns the 8
+// partitions while events flow; replica B starts, and A sheds 4, one at a
+// time, which B takes: 4 each within 6 s of B's start (the bound is
+// balanceSettle 1 s + 4 sheds 300 ms apart + the hand-over of each, a
+// few ms while events flow: about 2.5 s, with room for a loaded machine),
+// held while 800 more events are delivered, every event delivered in
+// order. The changes are exact: A acquired 8 and shed 4, B acquired 4,
+// none lost. The control is B without the right to write its presence
+// record (a NATS permission): A never sees it, never sheds, and B owns
+// none.
+func TestOrderedRebalanceOnJoin(t *testing.T) {
+	run := func(t testing.TB, joiner string) error {
+		hs, err := rebalance(t, 8, []string{"bridge", joiner}, 6*time.Second, 20)
+		if err != nil {
+			return err
+		}
+		a, b := hs[0], hs[1]
+		got := []float64{changes(a, "acquired"), changes(a, "shed"), changes(b, "acquired"), changes(b, "shed")}
+		if !slices.Equal(got, []float64{8, 4, 4, 0}) {
+			return fmt.Errorf("changes (A acquired, A shed, B acquired, B shed) = %v, want [8 4 4 0]", got)
+		}
+		if !strings.Contains(a.logs.String(), "partition shed") {
+			return fmt.Errorf("no log line of the sheds")
+		}
+		return nil
+	}
+	if err := run(t, "bridge"); err != nil {
+		t.Fatal(err)
+	}
+	expectBroken(t, "the joining replica cannot write its presence record", func(t testing.TB) error { return run(t, "mute") })
+}
+
+// Three replicas: A alone owns 16 partitions, B and C start; the
+// partitions end spread 6/5/5 (each replica's share by the rank of its
+// id) within 8 s, held while 800 events are delivered, in order, none
+// lost. The moves are not counted exactly here: a replica holding its
+// share still makes short pulls (for liveness) and may, rarely, take a
+// partition shed for the third, which it then sheds again. The control:
+// C cannot write its presence record, so A and B split the partitions 8/8
+// and C owns none.
+func TestOrderedRebalanceThreeReplicas(t *testing.T) {
+	run := func(t testing.TB, last string) error {
+		hs, err := rebalance(t, 16, []string{"bridge", "bridge", last}, 8*time.Second, 20)
+		if err != nil {
+			return err
+		}
+		var shed []float64
+		for _, h := range hs {
+			shed = append(shed, changes(h, "shed"))
+		}
+		t.Logf("sheds by replica: %v", shed)
+		return nil
+	}
+	if err := run(t, "bridge"); err != nil {
+		t.Fatal(err)
+	}
+	expectBroken(t, "the third replica cannot write its presence record", func(t testing.TB) error { return run(t, "mute") })
+}
