@@ -239,3 +239,66 @@ func TestOrderedRebalanceThreeReplicas(t *testing.T) {
 	}
 	expectBroken(t, "the third replica cannot write its presence record", func(t testing.TB) error { return run(t, "mute") })
 }
+
+// The shares: the live ids sorted, rank i owns P/n, one more when
+// i < P mod n, so they sum to P; a record older than the TTL is not
+// live; a replica whose own record is not written, or whose watch has not
+// delivered the stored records, does not rebalance (zero view).
+func TestBalanceShares(t *testing.T) {
+	now := time.Now()
+	ttl := 3 * time.Second
+	view := func(parts int, self string, others map[string]time.Duration, mod func(*balancer)) balanceView {
+		b := &balancer{id: self, ttl: ttl, parts: make([]balancePart, parts), members: map[string]time.Time{}, synced: true, written: now}
+		for id, age := range others {
+			b.members[id] = now.Add(-age)
+		}
+		if mod != nil {
+			mod(b)
+		}
+		return b.viewLocked(now)
+	}
+	for _, tc := range []struct {
+		name   string
+		parts  int
+		self   string
+		others map[string]time.Duration
+		mod    func(*balancer)
+		want   balanceView
+	}{
+		{"alone", 8, "b", nil, nil, balanceView{1, 8}},
+		{"two, 8", 8, "b", map[string]time.Duration{"a": 0}, nil, balanceView{2, 4}},
+		{"three, 16, first", 16, "a", map[string]time.Duration{"b": 0, "c": time.Second}, nil, balanceView{3, 6}},
+		{"three, 16, second", 16, "b", map[string]time.Duration{"a": 0, "c": time.Second}, nil, balanceView{3, 5}},
+		{"three, 16, last", 16, "c", map[string]time.Duration{"a": 0, "b": 0}, nil, balanceView{3, 5}},
+		{"more replicas than partitions", 2, "c", map[string]time.Duration{"a": 0, "b": 0}, nil, balanceView{3, 0}},
+		{"a record past its TTL", 8, "b", map[string]time.Duration{"a": ttl + time.Millisecond}, nil, balanceView{1, 8}},
+		{"own record failing", 8, "b", map[string]time.Duration{"a": 0}, func(b *balancer) { b.failing = true }, balanceView{}},
+		{"own record never written", 8, "b", map[string]time.Duration{"a": 0}, func(b *balancer) { b.written = time.Time{} }, balanceView{}},
+		{"own record too old", 8, "b", map[string]time.Duration{"a": 0}, func(b *balancer) { b.written = now.Add(-ttl - time.Millisecond) }, balanceView{}},
+		{"watch not synced", 8, "b", map[string]time.Duration{"a": 0}, func(b *balancer) { b.synced = false }, balanceView{}},
+	} {
+		if got := view(tc.parts, tc.self, tc.others, tc.mod); got != tc.want {
+			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// Member ids read back from the bucket are 1 to 32 characters of [a-z0-9].
+func TestValidMemberID(t *testing.T) {
+	for id, want := range map[string]bool{
+		memberID():              true,
+		"0":                     true,
+		strings.Repeat("a", 32): true,
+		strings.Repeat("a", 33): false,
+		"":                      false,
+		"A1":                    false,
+		"a.b":                   false,
+		"a*":                    false,
+		"a-b":                   false,
+		"é":                     false,
+	} {
+		if got := validMemberID(id); got != want {
+			t.Errorf("validMemberID(%q) = %v, want %v", id, got, want)
+		}
+	}
+}
