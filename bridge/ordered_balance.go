@@ -515,9 +515,11 @@ func (b *balancer) shed(p *partition, v balanceView) {
 	b.mu.Unlock()
 }
 
-// lazyPull is one short pull of p by a replica holding its share; it takes
-// what it gets like any pull (a partition nobody owned becomes this
-// replica's).
+// lazyPull is one short pull of one message of p by a replica holding its
+// share; it takes what it gets like any pull (a partition nobody owned
+// becomes this replica's, and its own loop then pulls it in batches). One
+// message: the pull holds one of the route's places, not a batch, while
+// it waits on a partition that is usually another replica's.
 func (o *orderedRoute) lazyPull(ctx context.Context, p *partition) {
 	wctx, cancel := context.WithTimeout(ctx, lazyOpen)
 	err := o.r.dest.waitUsable(wctx)
@@ -525,7 +527,7 @@ func (o *orderedRoute) lazyPull(ctx context.Context, p *partition) {
 	if err != nil {
 		return
 	}
-	n := o.acquire(ctx, o.cfg.batch, lazyOpen)
+	n := o.acquire(ctx, 1, lazyOpen)
 	if n == 0 {
 		return
 	}

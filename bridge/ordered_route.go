@@ -700,19 +700,24 @@ func (o *orderedRoute) worker(stop context.Context, w int) {
 			return
 		}
 		p := o.parts[h.partition]
+		// Counted before p's ownership is read: a shed of p waits for
+		// the count to drop (ordered_balance.go).
+		if !o.bal.begin(p.n) { // p is being shed: it starts nothing more
+			h.attempts--
+			o.tab.hold(h, leaseHold)
+			continue
+		}
 		pstop, pwork, leaseEnd, ok := p.current(h)
 		switch {
 		case !ok:
 			o.after(h, d, false)
+			o.bal.end(p.n)
 			continue
 		case o.cfg.pinned && time.Now().Add(o.cfg.leaseCut).After(leaseEnd):
 			h.attempts--
 			o.m.held("lease")
 			o.tab.hold(h, leaseHold)
-			continue
-		case !o.bal.begin(p.n): // p is being shed: it starts nothing more
-			h.attempts--
-			o.tab.hold(h, leaseHold)
+			o.bal.end(p.n)
 			continue
 		}
 		h.cm.md.NumDelivered = h.base - 1 + uint64(h.attempts)
