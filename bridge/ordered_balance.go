@@ -50,7 +50,9 @@ import (
 //     is the one the server pins. A partition whose owner died is still
 //     taken over: its owner's record expires within the TTL and the
 //     shares grow, and the short pulls take an orphan with pending
-//     messages at once.
+//     messages at once. Either pull asks for one message (pullOne): a
+//     pull waiting on another replica's partition holds one of the
+//     route's B places, not a batch.
 //   - A shed partition this replica gains back within shedRegain (no
 //     other replica took it) doubles the pause before the next shed, up to
 //     shedPauseMax, so a member that announces itself but does not pull
@@ -454,8 +456,12 @@ func (b *balancer) gate(ctx context.Context, p *partition) bool {
 	case time.Now().Before(bp.rest):
 		sleep(ctx, time.Until(bp.rest))
 		return true
-	case owned || !v.active() || len(b.o.ownedParts()) < v.share:
+	case owned || !v.active():
 		return false
+	}
+	if len(b.o.ownedParts()) < v.share {
+		b.o.pullOne(ctx, p, b.o.cfg.expiry) // below its share: all the time
+		return true
 	}
 	// This replica holds its share: a short pull now and then, so that a
 	// partition nobody owns is still taken.
@@ -468,7 +474,7 @@ func (b *balancer) gate(ctx context.Context, p *partition) bool {
 		return true // look again with the new view
 	case <-t.C:
 	}
-	b.o.lazyPull(ctx, p)
+	b.o.pullOne(ctx, p, lazyOpen)
 	return true
 }
 
@@ -515,19 +521,21 @@ func (b *balancer) shed(p *partition, v balanceView) {
 	b.mu.Unlock()
 }
 
-// lazyPull is one short pull of one message of p by a replica holding its
-// share; it takes what it gets like any pull (a partition nobody owned
-// becomes this replica's, and its own loop then pulls it in batches). One
-// message: the pull holds one of the route's places, not a batch, while
-// it waits on a partition that is usually another replica's.
-func (o *orderedRoute) lazyPull(ctx context.Context, p *partition) {
-	wctx, cancel := context.WithTimeout(ctx, lazyOpen)
+// pullOne is one pull of one message of partition p, which this replica
+// does not own, open for open; it takes what it gets like any pull (a
+// partition given to this replica becomes its own, and its loop then
+// pulls it in batches). One message: the pull holds one of the route's
+// places, not a batch, while it waits on a partition that is usually
+// another replica's, so the partitions this replica owns keep theirs.
+func (o *orderedRoute) pullOne(ctx context.Context, p *partition, open time.Duration) {
+	half := o.cfg.expiry / 2
+	wctx, cancel := context.WithTimeout(ctx, half)
 	err := o.r.dest.waitUsable(wctx)
 	cancel()
 	if err != nil {
-		return
+		return // the breaker is open: no pull, as in pull
 	}
-	n := o.acquire(ctx, 1, lazyOpen)
+	n := o.acquire(ctx, 1, half)
 	if n == 0 {
 		return
 	}
@@ -535,7 +543,8 @@ func (o *orderedRoute) lazyPull(ctx context.Context, p *partition) {
 		o.release(n)
 		return
 	}
-	if err := o.fetch(ctx, p, n, lazyOpen); err != nil && ctx.Err() == nil {
+	if err := o.fetch(ctx, p, n, open); err != nil && ctx.Err() == nil {
 		o.r.log.Debug().Int("partition", p.n).Str("error", err.Error()).Msg("pull failed")
+		sleep(ctx, half) // NATS unreachable: not a busy loop
 	}
 }
