@@ -41,9 +41,10 @@ import (
 //     while an attempt of it still runs, so that the lease covers the
 //     attempt); once no attempt of it runs, the replica ends its
 //     ownership, hands back what it holds (copy order) and unpins it. It
-//     then does not pull that partition for shedRest, so another
-//     replica's waiting pull gets the pin; the new owner's fence waits for
-//     what was handed back, as after any hand-over.
+//     then does not pull that partition for two pull expiries (a pinned
+//     TTL more if the unpin failed), so another replica's waiting pull
+//     gets the pin; the new owner's fence waits for what was handed back,
+//     as after any hand-over.
 //   - Holding back: a replica holding its share (or more) pulls a
 //     partition it does not own only with short pulls (lazyOpen), one per
 //     pull expiry; a replica below its share pulls it all the time, so it
@@ -53,14 +54,20 @@ import (
 //     messages at once. Either pull asks for one message (pullOne): a
 //     pull waiting on another replica's partition holds one of the
 //     route's B places, not a batch.
-//   - A shed partition this replica gains back within shedRegain (no
-//     other replica took it) doubles the pause before the next shed, up to
-//     shedPauseMax, so a member that announces itself but does not pull
-//     cannot make the partitions bounce.
+//   - A shed partition this replica gains back within two PinnedTTLs (no
+//     other replica took it) doubles the pause before the next shed, from
+//     one PinnedTTL up to shedPauseMax, so a member that announces itself
+//     but does not pull cannot make the partitions bounce.
 //   - Without presence (the bucket cannot be created, written or watched:
 //     permissions, an old bucket without per-key TTLs) a replica does not
 //     rebalance: it never sheds and pulls every partition as before, and
 //     logs one warning. Delivery never waits for the bucket.
+//
+// Invariant: a partition is unpinned by a shed only while no attempt of
+// it runs in this replica and none can start (begin refuses, and the
+// ownership has ended), after what this replica held of it was handed
+// back; so no key is delivered by two replicas at once, the next owner
+// being fenced until those messages are back (ordered_route.go).
 
 // balanceTick is how often the balancer looks at its view and shares.
 const balanceTick = 100 * time.Millisecond
@@ -401,8 +408,10 @@ func (o *orderedRoute) ownedParts() []ownedPart {
 	return out
 }
 
-// begin reports whether a head of partition n may be attempted now (not
-// while it is shed) and counts the attempt until end.
+// begin reports whether a worker may go on with a head of partition n
+// (not while n is shed) and counts it until end: the worker calls it
+// before it reads n's ownership, so a shed that starts later waits for
+// the attempt, and one that started first makes the worker hold the head.
 func (b *balancer) begin(n int) bool {
 	if b == nil {
 		return true
