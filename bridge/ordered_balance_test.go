@@ -354,3 +354,79 @@ func TestValidMemberID(t *testing.T) {
 		}
 	}
 }
+
+// A replica holding its share takes over a dead replica's partitions even
+// while the dead one still looks alive: A and B own 4 partitions each, B's
+// NATS connection closes (a crash, as far as NATS can tell) while a
+// test-side actor keeps rewriting B's presence record, so A's share stays
+// 4 and only its short pulls can find B's partitions. A owns all 8 within
+// ack_wait + 1 s (B's pins lapse) + 1 s (one short-pull cycle) + 1.5 s of
+// margin for a loaded machine, and every event is delivered in order. The
+// control: B's connection stays open; then the check fails (B keeps its
+// partitions), so it does not pass by itself.
+func TestOrderedRebalanceTakeOverAtShare(t *testing.T) {
+	const keys = 40
+	run := func(t testing.TB, crash bool) error {
+		srv := natstest.StartUsers(t, balanceUsers...)
+		s := newOrderSink(t, flaky)
+		cfg := testConfig(t, "%s", orderedYAML(s.sink.URL(), true, ", max_in_flight: 8"))
+		hs := []*harness{startHarnessAt(t, nil, srv.URL(), cfg, faults{}, nil), startHarnessAt(t, nil, srv.URL(), cfg, faults{}, nil)}
+		flow := startBalanceFlow(hs[0].pub, s, keys)
+		defer flow.end()
+		owned := func(h *harness) int { return len(h.b.routes[0].ord.status().Owned) }
+		if !waitUntil(20*time.Second, func() bool { return owned(hs[0]) == 4 && owned(hs[1]) == 4 }) {
+			return fmt.Errorf("not spread: owned %d and %d", owned(hs[0]), owned(hs[1]))
+		}
+		kv, err := hs[0].pub.KeyValue(context.Background(), "EVENTS_BRIDGE")
+		if err != nil {
+			return err
+		}
+		zombie := "ord.r.member." + hs[1].b.routes[0].ord.bal.id
+		stop := make(chan struct{})
+		actor := make(chan struct{})
+		defer func() { close(stop); <-actor }()
+		go func() { // B's record, kept alive whatever B does
+			defer close(actor)
+			tick := time.NewTicker(300 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				_, _ = kv.Put(ctx, zombie, []byte("zombie"))
+				cancel()
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
+			}
+		}()
+		if crash {
+			hs[1].nc.Close()
+		}
+		closed := time.Now()
+		bound := 2*time.Second + time.Second + time.Second + 1500*time.Millisecond
+		if !waitUntil(bound, func() bool { return owned(hs[0]) == 8 }) {
+			return fmt.Errorf("A owns %d of 8 partitions %v after B's connection closed (crash: %v)", owned(hs[0]), bound, crash)
+		}
+		took := time.Since(closed)
+		if st := hs[0].b.routes[0].ord.status(); st.Members != 2 || st.Share != 4 {
+			return fmt.Errorf("A's view: %d members, share %d; want B still counted (2, 4)", st.Members, st.Share)
+		}
+		rounds, err := flow.end()
+		if err != nil {
+			return err
+		}
+		if !waitUntil(time.Minute, func() bool { return s.delivered() == rounds*keys }) {
+			return fmt.Errorf("%d of %d events delivered", s.delivered(), rounds*keys)
+		}
+		if inv := s.inversions(); inv != 0 {
+			return fmt.Errorf("%d inversions: %s", inv, inverted(s))
+		}
+		t.Logf("A took B's partitions over %v after B's connection closed, at its share", took.Round(time.Millisecond))
+		return nil
+	}
+	if err := run(t, true); err != nil {
+		t.Fatal(err)
+	}
+	expectBroken(t, "B alive", func(t testing.TB) error { return run(t, false) })
+}
