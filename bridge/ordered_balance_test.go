@@ -17,6 +17,18 @@ import (
 	"github.com/sotercare/jetbridge/internal/natstest"
 )
 
+// balanceYAML is the route of the rebalancing tests: orderedYAML's with
+// `partitions` partitions posting to url, max_in_flight 32 (B = 128, so
+// that 4 partitions per replica stay within the known limit of
+// docs/delivery.md: B ÷ 32) and a destination timeout of 500 ms (the sink
+// answers at once), which leaves a partition's lease (ack_wait + 1 s, cut
+// a timeout before its end) more than a pull's length of room.
+func balanceYAML(url string, partitions int) string {
+	y := orderedYAML(url, true, ", max_in_flight: 32")
+	y = strings.Replace(y, "timeout: 1s", "timeout: 500ms", 1)
+	return strings.Replace(y, "partitions: 8", "partitions: "+strconv.Itoa(partitions), 1)
+}
+
 // The NATS users of the rebalancing tests: "bridge" may do everything,
 // "mute" everything but write a presence record (the seam of the
 // negative controls: a replica that cannot announce itself).
@@ -115,8 +127,7 @@ func rebalance(t testing.TB, partitions int, users []string, bound time.Duration
 	// Each replica posts to its own path, so the sink tells who
 	// delivered what.
 	cfg := func(i int) *config.Config {
-		y := orderedYAML(s.sink.URL()+"/r"+strconv.Itoa(i), true, ", max_in_flight: 8")
-		return testConfig(t, "%s", strings.Replace(y, "partitions: 8", "partitions: "+strconv.Itoa(partitions), 1))
+		return testConfig(t, "%s", balanceYAML(s.sink.URL()+"/r"+strconv.Itoa(i), partitions))
 	}
 	hs := []*harness{startHarnessAt(t, nil, srv.URLFor(t, users[0]), cfg(0), faults{}, nil)}
 	flow := startBalanceFlow(hs[0].pub, s, keys)
@@ -369,7 +380,7 @@ func TestOrderedRebalanceTakeOverAtShare(t *testing.T) {
 	run := func(t testing.TB, crash bool) error {
 		srv := natstest.StartUsers(t, balanceUsers...)
 		s := newOrderSink(t, flaky)
-		cfg := testConfig(t, "%s", orderedYAML(s.sink.URL(), true, ", max_in_flight: 8"))
+		cfg := testConfig(t, "%s", balanceYAML(s.sink.URL(), 8))
 		hs := []*harness{startHarnessAt(t, nil, srv.URL(), cfg, faults{}, nil), startHarnessAt(t, nil, srv.URL(), cfg, faults{}, nil)}
 		flow := startBalanceFlow(hs[0].pub, s, keys)
 		defer flow.end()
