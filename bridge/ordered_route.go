@@ -400,7 +400,22 @@ func (o *orderedRoute) fetch(ctx context.Context, p *partition, n int, expiry ti
 		o.receive(ctx, p, m, sent)
 	}
 	o.release(n - got)
-	return o.answered(ctx, p, batch.Error(), sent)
+	err = batch.Error()
+	p.mu.Lock()
+	fenced := p.fenced
+	p.mu.Unlock()
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil && !fenced {
+		// The pull ended at its own deadline, not by the server's answer:
+		// nats.go then drops a message that arrived with the deadline (it
+		// returns on the context and unsubscribes), which the server
+		// counts as delivered and redelivers only after ack_wait. No
+		// later message of its key may go first: p is fenced until every
+		// unacknowledged message of it is here.
+		if held, ok := o.fenceAgain(p); ok {
+			o.r.log.Info().Int("partition", p.n).Int("held", held).Msg("partition fenced again: a pull ended at its deadline, a message may have been dropped on its way")
+		}
+	}
+	return o.answered(ctx, p, err, sent)
 }
 
 // keepAlive keeps an owned partition's pin while it pulls nothing else:
@@ -799,10 +814,19 @@ func (o *orderedRoute) leftBehind(h *heldMsg) {
 // attempted leave the key table for the fence's pending list (in copy
 // order), where they wait until every unacknowledged message of p is here.
 func (o *orderedRoute) refence(p *partition) {
+	if held, ok := o.fenceAgain(p); ok {
+		o.r.log.Info().Int("partition", p.n).Int("held", held).Msg("partition fenced again: a message of an earlier ownership was handed back")
+	}
+}
+
+// fenceAgain is refence without its log line: it reports how many held
+// messages went to the fence's pending list, and false when p is not
+// owned.
+func (o *orderedRoute) fenceAgain(p *partition) (int, bool) {
 	p.mu.Lock()
 	if !p.owned {
 		p.mu.Unlock()
-		return
+		return 0, false
 	}
 	if !p.fenced {
 		p.fenced, p.fencedAt = true, time.Now()
@@ -816,7 +840,7 @@ func (o *orderedRoute) refence(p *partition) {
 	p.pending = append(p.pending, msgs...)
 	slices.SortFunc(p.pending, func(a, b *heldMsg) int { return cmpSeq(a.copySeq, b.copySeq) })
 	p.mu.Unlock()
-	o.r.log.Info().Int("partition", p.n).Int("held", len(msgs)).Msg("partition fenced again: a message of an earlier ownership was handed back")
+	return len(msgs), true
 }
 
 // keepHeld sends InProgress for every held message not kept for every
