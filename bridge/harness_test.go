@@ -73,8 +73,15 @@ func startBridgeOn(t testing.TB, srv *natstest.Server, cfg *config.Config, f fau
 // between newBridge and Run, and runs it until the test ends.
 func startHarness(t testing.TB, srv *natstest.Server, cfg *config.Config, f faults, tweak func(*Bridge)) *harness {
 	t.Helper()
-	nc, js := natstest.Connect(t, srv.URL())
-	_, pub := natstest.Connect(t, srv.URL())
+	return startHarnessAt(t, srv, srv.URL(), cfg, f, tweak)
+}
+
+// startHarnessAt is startHarness connecting to url, e.g. as a user of a
+// natstest.UsersServer (srv nil).
+func startHarnessAt(t testing.TB, srv *natstest.Server, url string, cfg *config.Config, f faults, tweak func(*Bridge)) *harness {
+	t.Helper()
+	nc, js := natstest.Connect(t, url)
+	_, pub := natstest.Connect(t, url)
 	h := &harness{t: t, srv: srv, nc: nc, js: js, pub: pub, cfg: cfg, logs: &natstest.Buffer{}, reg: prometheus.NewRegistry()}
 	b, err := New(cfg, js, Options{
 		Registerer: h.reg,

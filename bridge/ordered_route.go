@@ -126,6 +126,8 @@ type orderedRoute struct {
 	// blocks is the bucket holding the route's block records (on_dead_letter:
 	// block only; nil otherwise), which every replica watches.
 	blocks jetstream.KeyValue
+	// bal spreads the partitions over the live replicas (ordered_balance.go).
+	bal *balancer
 
 	workers sync.WaitGroup
 	pullers sync.WaitGroup
@@ -186,17 +188,23 @@ func (o *orderedRoute) provision(ctx context.Context) error {
 	if o.provisioned.Load() {
 		return nil
 	}
-	if o.block {
-		kv, err := ensureBucket(ctx, r.b.js, fleetBucketConfig(r.b.cfg.Stream), r.b.warnDiffers)
-		if err != nil {
-			return fmt.Errorf("bucket %s: %w", fleetBucketName(r.b.cfg.Stream.Name), err)
-		}
+	// The bucket holds the block records and the replicas' presence: a
+	// route that does not block runs without it (and does not rebalance).
+	kv, err := ensureBucket(ctx, r.b.js, fleetBucketConfig(r.b.cfg.Stream), r.b.warnDiffers)
+	switch {
+	case err != nil && o.block:
+		return fmt.Errorf("bucket %s: %w", fleetBucketName(r.b.cfg.Stream.Name), err)
+	case err != nil:
+		r.log.Warn().Str("bucket", fleetBucketName(r.b.cfg.Stream.Name)).Str("error", err.Error()).Msg("ordering: bucket not available: this replica does not rebalance the route's partitions")
+		kv = nil
+	case o.block:
 		o.blocks = kv
 	}
 	o.stream = oc.stream
 	for p, c := range oc.parts {
 		o.parts = append(o.parts, &partition{n: p, name: partitionConsumerName(r.cfg.Name, p), cons: c})
 	}
+	o.bal = newBalancer(o, kv)
 	o.provisioned.Store(true)
 	return nil
 }
@@ -216,6 +224,9 @@ func (o *orderedRoute) start(stop, work context.Context) {
 	}
 	if o.blocks != nil {
 		o.pullers.Go(func() { o.watchBlocks(stop) })
+	}
+	if o.cfg.pinned {
+		o.bal.start(stop)
 	}
 }
 
@@ -334,6 +345,9 @@ func (o *orderedRoute) pull(ctx context.Context, p *partition) {
 	failures := 0 // pull failures in a row: the first is logged as a warning
 	half := o.cfg.expiry / 2
 	for ctx.Err() == nil {
+		if o.bal.gate(ctx, p) { // shedding p, or holding back (ordered_balance.go)
+			continue
+		}
 		p.mu.Lock()
 		owned, fenced := p.owned, p.fenced
 		p.mu.Unlock()
@@ -775,21 +789,31 @@ func (o *orderedRoute) worker(stop context.Context, w int) {
 			return
 		}
 		p := o.parts[h.partition]
+		// Counted before p's ownership is read: a shed of p waits for
+		// the count to drop (ordered_balance.go).
+		if !o.bal.begin(p.n) { // p is being shed: it starts nothing more
+			h.attempts--
+			o.tab.hold(h, leaseHold)
+			continue
+		}
 		pstop, pwork, leaseEnd, ok := p.current(h)
 		switch {
 		case !ok:
 			o.after(h, d, false)
+			o.bal.end(p.n)
 			continue
 		case o.cfg.pinned && time.Now().Add(o.cfg.leaseCut).After(leaseEnd):
 			h.attempts--
 			o.m.held("lease")
 			o.tab.hold(h, leaseHold)
+			o.bal.end(p.n)
 			continue
 		}
 		h.cm.md.NumDelivered = h.base - 1 + uint64(h.attempts)
 		d.head = h
 		r.handle(pstop, pwork, d, h.cm, w)
 		o.after(h, d, true)
+		o.bal.end(p.n)
 		d.head = nil
 	}
 }
@@ -864,10 +888,19 @@ func (o *orderedRoute) leftBehind(h *heldMsg) {
 // attempted leave the key table for the fence's pending list (in copy
 // order), where they wait until every unacknowledged message of p is here.
 func (o *orderedRoute) refence(p *partition) {
+	if held, ok := o.fenceAgain(p); ok {
+		o.r.log.Info().Int("partition", p.n).Int("held", held).Msg("partition fenced again: a message of an earlier ownership was handed back")
+	}
+}
+
+// fenceAgain is refence without its log line: it reports how many held
+// messages went to the fence's pending list, and false when p is not
+// owned.
+func (o *orderedRoute) fenceAgain(p *partition) (int, bool) {
 	p.mu.Lock()
 	if !p.owned {
 		p.mu.Unlock()
-		return
+		return 0, false
 	}
 	if !p.fenced {
 		p.fenced, p.fencedAt = true, time.Now()
@@ -881,7 +914,7 @@ func (o *orderedRoute) refence(p *partition) {
 	p.pending = append(p.pending, msgs...)
 	slices.SortFunc(p.pending, func(a, b *heldMsg) int { return cmpSeq(a.copySeq, b.copySeq) })
 	p.mu.Unlock()
-	o.r.log.Info().Int("partition", p.n).Int("held", len(msgs)).Msg("partition fenced again: a message of an earlier ownership was handed back")
+	return len(msgs), true
 }
 
 // keepHeld sends InProgress for every held message not kept for every
@@ -940,6 +973,12 @@ type OrderingStatus struct {
 	Held        int          `json:"held"`         // messages in the process
 	KeysWaiting int          `json:"keys_waiting"` // keys with messages held, not being attempted
 	BlockedKeys []BlockedKey `json:"blocked_keys"`
+
+	// Members is the live replicas running the route (this one included)
+	// and Share the partitions this replica should own; both 0 when it
+	// does not rebalance (no presence record; docs/delivery.md).
+	Members int `json:"members"`
+	Share   int `json:"share"`
 }
 
 // BlockedKey is a key stopped by its dead letter (on_dead_letter: block).
@@ -969,6 +1008,7 @@ func (o *orderedRoute) status() *OrderingStatus {
 		p.mu.Unlock()
 	}
 	st.Held += len(o.tab.heldMsgs())
+	st.Members, st.Share = o.bal.shares()
 	st.KeysWaiting = o.tab.waiting()
 	for k, n := range o.tab.blockedKeys() {
 		st.BlockedKeys = append(st.BlockedKeys, BlockedKey{Key: k, ID: blockID(k), Held: n})
@@ -979,7 +1019,7 @@ func (o *orderedRoute) status() *OrderingStatus {
 // orderingMetrics are the ordering series (docs/operating.md#metrics),
 // by route.
 type orderingMetrics struct {
-	changes  *prometheus.CounterVec   // route, change: acquired, lost, released
+	changes  *prometheus.CounterVec   // route, change: acquired, lost, released, shed
 	heldKeys *prometheus.GaugeVec     // route
 	blocked  *prometheus.GaugeVec     // route
 	holds    *prometheus.CounterVec   // route, reason: backoff, lease
@@ -990,7 +1030,7 @@ func newOrderingMetrics() *orderingMetrics {
 	return &orderingMetrics{
 		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bridge_partition_ownership_changes_total",
-			Help: "Partitions of an ordered route this replica acquired, lost (another replica was pinned, or the lease passed) or released (stopping), by route and change.",
+			Help: "Partitions of an ordered route this replica acquired, lost (another replica was pinned, or the lease passed), released (stopping) or shed (given to another replica: this one owned more than its share), by route and change.",
 		}, []string{"route", "change"}),
 		heldKeys: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "bridge_ordering_held_keys",
@@ -1024,7 +1064,7 @@ type routeOrdering struct {
 }
 
 func (m *orderingMetrics) forRoute(route string) *routeOrdering {
-	for _, c := range []string{"acquired", "lost", "released"} {
+	for _, c := range []string{"acquired", "lost", "released", "shed"} {
 		m.changes.WithLabelValues(route, c)
 	}
 	for _, c := range []string{"backoff", "lease"} {

@@ -2,8 +2,9 @@
 // loopback with a per-test store dir, restarts on the same store dir and
 // port, 3-node clusters in one process (ready only once a JetStream meta
 // leader exists; stepdowns, node loss and restarts), client connections,
-// condition polling, child processes for crash (SIGKILL) tests, and a
-// ledger that accounts for every published event.
+// condition polling, child processes for crash (SIGKILL) tests, a
+// ledger that accounts for every published event, and servers whose
+// users lack chosen publish permissions (StartUsers).
 //
 // Invariants:
 //
