@@ -474,7 +474,7 @@ func (b *balancer) gate(ctx context.Context, p *partition) bool {
 	}
 	// This replica holds its share: a short pull now and then, so that a
 	// partition nobody owns is still taken.
-	t := time.NewTimer(b.o.cfg.expiry - lazyOpen)
+	t := time.NewTimer(max(b.o.cfg.expiry-lazyOpen, lazyOpen))
 	defer t.Stop()
 	select {
 	case <-ctx.Done():

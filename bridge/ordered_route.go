@@ -94,12 +94,29 @@ func orderedConfigOf(rc *config.Route, timeout time.Duration) orderedConfig {
 	return orderedConfig{
 		buffer:    b,
 		batch:     max(1, min(2*rc.MaxInFlight, b/rc.Ordering.Partitions)),
-		expiry:    config.OrderedPullExpiry,
+		expiry:    orderedExpiry(ttl, timeout),
 		pinnedTTL: ttl,
 		leaseCut:  timeout,
 		pinned:    true,
 		holdMax:   math.MaxInt64,
 	}
+}
+
+// answerSlack is how late a pull's answer may come without the lease's
+// cut firing before it (orderedExpiry).
+const answerSlack = 300 * time.Millisecond
+
+// orderedExpiry is how long the pulls of a route whose partitions have
+// pinnedTTL stay open, its tries cut leaseCut before the lease ends: at
+// most config.OrderedPullExpiry, and short enough that the next pull's
+// answer renews the lease before its cut. The lease runs from the sending
+// of the last pull answered, which is answered an expiry later; the next
+// pull's answer comes an expiry after that: 2 × expiry + leaseMargin +
+// leaseCut + answerSlack must fit in pinnedTTL. With the longest timeout
+// `bridge check` allows (ack_wait - 0.5 s) that is about half a second.
+func orderedExpiry(pinnedTTL, leaseCut time.Duration) time.Duration {
+	e := (pinnedTTL - leaseMargin - leaseCut - answerSlack) / 2
+	return min(config.OrderedPullExpiry, max(100*time.Millisecond, e))
 }
 
 // orderedRoute is the ordered delivery of one route.
