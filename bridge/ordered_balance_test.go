@@ -274,16 +274,15 @@ func TestOrderedRebalanceOnJoin(t *testing.T) {
 }
 
 // Three replicas: A alone owns 16 partitions, B and C start; the
-// partitions end spread 6/5/5 (each replica's share by the rank of its
-// id) within 15 s (about 5 s on a quiet machine, 8 s under load), and no replica sheds again while 800 events are
-// delivered, in order. The moves are not counted exactly here: a replica
-// holding its share still makes short pulls (for liveness) and may,
-// rarely, take a partition shed for the third, which it then sheds
-// again; and with 16 partitions per replica a lease can pass under load
-// (a pull answered late: ordered_route.go), the partition then coming
-// back. The control:
-// C cannot write its presence record, so A and B split the partitions 8/8
-// and C owns none.
+// partitions end spread 6/5/5 (each replica's share by the rank of its id)
+// within 15 s (about 5 s on a quiet machine, 8 s under load), and no
+// replica sheds again while 800 events are delivered, in order. The moves
+// are not counted exactly here: a replica holding its share still makes
+// short pulls (for liveness) and may, rarely, take a partition shed for
+// the third, which it then sheds again; and with 16 partitions per replica
+// a lease can pass under load (a pull answered late: ordered_route.go),
+// the partition then coming back. The control: C cannot write its presence
+// record, so A and B split the partitions 8/8 and C owns none.
 func TestOrderedRebalanceThreeReplicas(t *testing.T) {
 	run := func(t testing.TB, last string) error {
 		hs, err := rebalance(t, 16, []string{"bridge", "bridge", last}, 15*time.Second, 20, false)
