@@ -1109,26 +1109,22 @@ func (r *route) bindOrdered(ctx context.Context) error {
 	return r.ord.provision(ctx)
 }
 
-// orderedRestartKeys names the ordered routes a reload would add, change
-// or remove: an ordered route's partitions are provisioned and pulled
-// from the start, so only a restart changes them.
+// orderedRestartKeys are the keys of next that a reload cannot apply to
+// ordered routes: the ordering of a route that runs (added, changed or
+// removed: its partitioned copy and consumers are made for it). The rest
+// of an ordered route's keys, and ordered routes added or removed, are
+// applied live: the retired route hands back what it holds and unpins
+// its partitions, and the route that replaces it gains them and fences
+// them as after any hand-over (docs/delivery.md#ordered-delivery).
 func orderedRestartKeys(running, next *config.Config) []string {
 	old := map[string]*config.Route{}
 	for _, rc := range running.Routes {
 		old[rc.Name] = rc
 	}
 	var keys []string
-	seen := map[string]bool{}
 	for i, rc := range next.Routes {
-		seen[rc.Name] = true
-		o := old[rc.Name]
-		if (rc.Ordering != nil || o != nil && o.Ordering != nil) && (o == nil || !reflect.DeepEqual(o, rc)) {
-			keys = append(keys, fmt.Sprintf("routes[%d] (%s: an ordered route is added, changed or removed by a restart)", i, rc.Name))
-		}
-	}
-	for _, rc := range running.Routes {
-		if rc.Ordering != nil && !seen[rc.Name] {
-			keys = append(keys, fmt.Sprintf("routes (%s: an ordered route is removed by a restart)", rc.Name))
+		if o := old[rc.Name]; o != nil && !reflect.DeepEqual(o.Ordering, rc.Ordering) {
+			keys = append(keys, fmt.Sprintf("routes[%d].ordering (%s: a route's ordering changes by a restart)", i, rc.Name))
 		}
 	}
 	return keys
