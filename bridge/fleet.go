@@ -114,7 +114,7 @@ func (h *fleetHolder) load() *fleet {
 // fleetRateStreamName and fleetBucketName name the fleet's objects after
 // the source stream.
 func fleetRateStreamName(stream string) string { return stream + "_RATE" }
-func fleetBucketName(stream string) string     { return stream + "_BRIDGE" }
+func fleetBucketName(stream string) string     { return config.StateBucket(stream) }
 
 // fleetRateSubjects are the counter stream's subjects.
 func fleetRateSubjects(stream string) string { return "jetbridge.rate." + stream + ".>" }

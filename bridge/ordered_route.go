@@ -1147,7 +1147,7 @@ type blockRecord struct {
 const maxBlockRecord = 64 << 10
 
 func (o *orderedRoute) blockKey(key string) string {
-	return "ord." + o.r.cfg.Name + ".blocked." + blockID(key)
+	return config.BlockRecordPrefix(o.r.cfg.Name) + blockID(key)
 }
 
 // record stores the block of h's key by dead letter dlq, so that another

@@ -142,6 +142,17 @@ func defaultOrdering() Ordering {
 // delivers from: <stream>-<route>.
 func CopyStream(stream, route string) string { return stream + "-" + route }
 
+// StateBucket is the key-value bucket of the bridge's shared state for the
+// source stream (fleet flow control, ordered routes' presence and block
+// records): <stream>_BRIDGE.
+func StateBucket(stream string) string { return stream + "_BRIDGE" }
+
+// BlockRecordPrefix is the key prefix, in StateBucket, of the block
+// records of ordered route route (on_dead_letter: block): a record
+// ord.<route>.blocked.<id> holds the key and the dead letter that blocks
+// it (docs/delivery.md#ordered-delivery).
+func BlockRecordPrefix(route string) string { return "ord." + route + ".blocked." }
+
 // ordering checks the ordering block of r, the route at path p: its key
 // against the route's subjects (subjects.NewPartitioner's rules), its
 // partitions and on_dead_letter, that its copy's name is not taken by a

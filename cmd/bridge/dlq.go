@@ -841,7 +841,11 @@ func newDLQPurgeCmd() *cobra.Command {
 		Long: `Delete dead letters: --all (narrowed by --route) or by SEQ. Only what was
 listed when the command started is deleted; a dead letter stored meanwhile
 stays. It asks nothing and prints each deleted sequence, then a count. One
-audit line goes to stderr (who, when, what: filters, counts and sequences).`,
+audit line goes to stderr (who, when, what: filters, counts and sequences).
+
+A dead letter that blocks its key (a route with ordering.on_dead_letter:
+block) re-opens the key when it is purged: its block record is deleted and
+the key goes on with its next message ("re-opened" lines).`,
 		Example: `  bridge dlq purge --config config/quickstart.yaml 4 9
   bridge dlq purge --config config/quickstart.yaml --all --route all-events`,
 	}
@@ -863,11 +867,11 @@ func purge(ctx context.Context, s *dlqSession, all bool, seqs []uint64, route st
 	if err != nil {
 		return err
 	}
-	failed, deleted, interrupted := sel.failed, 0, false
+	failed, deleted, reopened, interrupted := sel.failed, 0, 0, false
 	var deletedSeqs []uint64
 	failedSeqs := sel.missing
 	defer func() {
-		newAudit("dlq purge").selection(all, seqs, route, "").count("deleted", deleted).count("failed", failed).
+		newAudit("dlq purge").selection(all, seqs, route, "").count("deleted", deleted).count("reopened", reopened).count("failed", failed).
 			seqs("deleted_seqs", deletedSeqs).seqs("failed_seqs", failedSeqs).write(stderr)
 	}()
 	for _, d := range sel.ds {
@@ -887,6 +891,14 @@ func purge(ctx context.Context, s *dlqSession, all bool, seqs []uint64, route st
 		deleted++
 		deletedSeqs = append(deletedSeqs, d.Seq)
 		fmt.Fprintf(stdout, "deleted %d\n", d.Seq)
+		if id, err := reopenBlocked(ctx, s, d.Route, d.Seq); err != nil {
+			fmt.Fprintf(stderr, "bridge: dead letter %d deleted, but its blocked key of route %s not re-opened: %s\n", d.Seq, d.Route, errText(err))
+			failed++
+			failedSeqs = append(failedSeqs, d.Seq)
+		} else if id != "" {
+			reopened++
+			fmt.Fprintf(stdout, "re-opened key %s of route %s\n", id, d.Route)
+		}
 	}
 	fmt.Fprintf(stdout, "deleted %d, failed %d\n", deleted, failed)
 	if interrupted {
