@@ -21,6 +21,11 @@ import (
 //     token), the backlog published round-robin over the keys so that they
 //     interleave, default partitions, max_in_flight 64, against the same
 //     route without ordering and the same backlog. Target ≥ 0.8×.
+//   - orderedone (run only when named): the same with the route's
+//     subjects events.info.* instead of events.>: the copy then sources
+//     through one subject transform instead of one per subject length
+//     up to the key token (subjects.Partitioner; BenchmarkOrderedCopy
+//     measures the copy alone both ways).
 //   - onekey: the ordered route with every message on one key against a
 //     sink that answers after oneKeyDelay, against the same route and key
 //     with a sink answering at once. One key runs one message at a time, so
@@ -69,9 +74,15 @@ func issue28Scenarios(o options) []scenario {
 	oneKeySlow := oneKey
 	oneKeySlow.sinkDelay = oneKeyDelay
 	limited := system{inFlight: 64, rateLimit: true}
+	unorderedOne := unordered
+	unorderedOne.filter = "events.info.*"
+	orderedOne := ordered
+	orderedOne.filter = unorderedOne.filter
 	return []scenario{
 		{name: "ordered", title: fmt.Sprintf("ordered delivery, %s interleaved, vs the same route without ordering (issue 28)", keysLabel(orderedKeys)),
 			kind: drain, a: ordered, b: unordered, n: o.n, runs: o.runs},
+		{name: "orderedone", title: fmt.Sprintf("the ordered scenario with the route's subjects %s (one subject transform for the copy instead of one per subject length) vs the same route without ordering (issue 28)", unorderedOne.filter),
+			kind: drain, a: orderedOne, b: unorderedOne, n: o.n, runs: o.runs, named: true},
 		{name: "onekey", title: fmt.Sprintf("ordered delivery, every message on one key, sink answering after %s vs at once (issue 28)", oneKeyDelay),
 			kind: drain, a: oneKeySlow, b: oneKey, n: o.oneKeyN, runs: o.runs},
 		// Twice the backlog and two more pairs: the difference measured is
@@ -113,6 +124,10 @@ func targets28(res map[string]*scenarioResult) []target {
 		share := median(slices.DeleteFunc(values(sr.a[:sr.pairs()], func(r result) float64 { return r.copyShare }), math.IsNaN))
 		ts = append(ts, noteLine("↳ the partitioned copy held the whole backlog after this share of the ordered drain (ordered)", "—",
 			fmt.Sprintf("%.0f %%", 100*share)))
+		if one, ok := ran(res, "orderedone"); ok {
+			ts = append(ts, noteLine("↳ the same with the route's subjects events.info.* instead of events.>: one transform for the copy (orderedone)", "—",
+				fmt.Sprintf("%.2f× (server CPU %.2f×)", one.ratio(rate), one.ratio(metricOf(drain, "server CPU s / 10k")))))
+		}
 	} else {
 		notRun(ordMeasure, ordGoal, "ordered")
 	}

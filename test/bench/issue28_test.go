@@ -1,13 +1,21 @@
 package main
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/sotercare/jetbridge/config"
+	"github.com/sotercare/jetbridge/internal/natstest"
+	"github.com/sotercare/jetbridge/subjects"
 )
 
 // TestIssue28BridgeConfigs loads the bridge configurations of issue 28's
@@ -111,4 +119,105 @@ func TestSinkDelay(t *testing.T) {
 	if d := post(); d >= delay {
 		t.Errorf("answered after %s without a delay", d)
 	}
+}
+
+// BenchmarkOrderedCopy measures the partitioned copy of an ordered route
+// alone (docs/performance.md#ordered-delivery-and-fleet-limits-issue-28):
+// b.N stored 1 KiB messages over 1,000 keys, then a copy stream made as
+// the bridge makes it (work-queue retention, the route's partition
+// transforms from subjects.Partitioner) sources them; the timer runs from
+// the copy's creation until its last sequence reaches b.N (partitions=0:
+// the same copy without the transform). No bridge,
+// no consumer: what the JetStream server spends to copy a message, which
+// the ordered scenario's server CPU includes. cpu-µs/msg is this
+// process's CPU (the embedded server, and the client polling the copy's
+// state every 5 ms) per message; publish-cpu-µs/msg is the same over the
+// publishing of the messages into the source stream before the timer
+// (the client's async publishes and the server storing them): what
+// storing a message first-hand costs, to compare.
+//
+//	go test -run '^$' -bench OrderedCopy -benchtime 10000x ./test/bench
+func BenchmarkOrderedCopy(b *testing.B) {
+	// partitions=0: the same copy without a subject transform, to tell
+	// the transform's cost from the sourcing's. filter: the route's
+	// subjects; "events.>" (the benchmark's route) expands into one
+	// transform per subject length up to the key token and one for
+	// longer subjects (subjects.Partitioner), "events.info.*" is one
+	// transform: to tell the cost of several from the partition function's.
+	for _, c := range []struct {
+		filter string
+		parts  int
+	}{{"events.>", 0}, {"events.>", 1}, {"events.>", 16}, {"events.info.*", 16}} {
+		parts := c.parts
+		b.Run(fmt.Sprintf("filter=%s/partitions=%d", c.filter, parts), func(b *testing.B) {
+			srv := natstest.Start(b)
+			_, js := natstest.Connect(b, srv.URL())
+			ctx := b.Context()
+			if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: streamName, Subjects: []string{"events.>"},
+				Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute, MaxAge: 168 * time.Hour}); err != nil {
+				b.Fatal(err)
+			}
+			pub0 := processCPU(b)
+			for seq := range b.N {
+				m := &nats.Msg{Subject: subjectOf(seq, orderedKeys), Header: nats.Header{}, Data: payload(seq, 0)}
+				m.Header.Set(jetstream.MsgIDHeader, "m-"+strconv.Itoa(seq))
+				if _, err := js.PublishMsgAsync(m, jetstream.WithStallWait(stallWait)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			select {
+			case <-js.PublishAsyncComplete():
+			case <-time.After(time.Minute):
+				b.Fatal("publish: PubAcks still pending after 1m")
+			}
+			pubCPU := processCPU(b) - pub0
+			var trs []jetstream.SubjectTransformConfig
+			if parts > 0 {
+				key, err := subjects.NewPartitioner([]string{c.filter}, parts, []int{keyToken})
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, tr := range key.Transforms() {
+					trs = append(trs, jetstream.SubjectTransformConfig{Source: tr.Source, Destination: tr.Destination})
+				}
+			}
+			cpu0 := processCPU(b)
+			b.ResetTimer()
+			s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: config.CopyStream(streamName, "bench0"),
+				Storage: jetstream.FileStorage, Retention: jetstream.WorkQueuePolicy, MaxAge: 168 * time.Hour, AllowDirect: true,
+				Sources: []*jetstream.StreamSource{{Name: streamName, SubjectTransforms: trs}}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			deadline := time.Now().Add(time.Minute + time.Duration(b.N)*time.Millisecond)
+			tick := time.NewTicker(5 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				info, err := s.Info(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if info.State.LastSeq >= uint64(b.N) {
+					break
+				}
+				if time.Now().After(deadline) {
+					b.Fatalf("the copy took in %d of %d messages", info.State.LastSeq, b.N)
+				}
+				<-tick.C
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(len(trs)), "transforms")
+			b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/float64(b.N), "cpu-µs/msg")
+			b.ReportMetric(float64(pubCPU.Microseconds())/float64(b.N), "publish-cpu-µs/msg")
+		})
+	}
+}
+
+// processCPU is this process's user and system CPU time.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -42,6 +42,7 @@ type system struct {
 	// request after this long.
 	keys      int
 	ordered   bool
+	filter    string // the route's subjects; "": events.>
 	rateLimit bool
 	sinkDelay time.Duration
 }
@@ -87,6 +88,9 @@ func (s system) label() string {
 	}
 	if s.ordered {
 		parts = append(parts, "ordered (key: token 3, 16 partitions)")
+	}
+	if s.filter != "" {
+		parts = append(parts, "subjects "+s.filter)
 	}
 	if s.rateLimit {
 		parts = append(parts, "fleet rate_limit "+fleetRateYAML+" (never reached)")
@@ -134,7 +138,7 @@ func bridgeConfig(sys system, natsURL, adminAddr, destURL, route string) string 
 	if sys.rateLimit {
 		fmt.Fprintf(&b, "    rate_limit: %s\n", fleetRateYAML)
 	}
-	fmt.Fprintf(&b, "routes:\n  - name: %s\n    subjects: [\"events.>\"]\n    destination: sink\n", route)
+	fmt.Fprintf(&b, "routes:\n  - name: %s\n    subjects: [%q]\n    destination: sink\n", route, orDefault(sys.filter, "events.>"))
 	fmt.Fprintf(&b, "    max_in_flight: %d\n    idempotency: %t\n", sys.inFlight, sys.idempotency)
 	if sys.backoff != "" {
 		fmt.Fprintf(&b, "    backoff: %s\n", sys.backoff)
