@@ -123,7 +123,7 @@ func TestSinkDelay(t *testing.T) {
 
 // BenchmarkOrderedCopy measures the partitioned copy of an ordered route
 // alone (docs/performance.md#ordered-delivery-and-fleet-limits-issue-28):
-// b.N stored 1 KiB messages over 1,000 keys, then a copy stream made as
+// b.N stored 1 KiB messages over 1,000 keys (or 10), then a copy stream made as
 // the bridge makes it (work-queue retention, the route's partition
 // transforms from subjects.Partitioner) sources them; the timer runs from
 // the copy's creation until its last sequence reaches b.N (partitions=0:
@@ -144,12 +144,14 @@ func BenchmarkOrderedCopy(b *testing.B) {
 	// transform per subject length up to the key token and one for
 	// longer subjects (subjects.Partitioner), "events.info.*" is one
 	// transform: to tell the cost of several from the partition function's.
+	// keys: the distinct subjects of the source stream (the copy's
+	// cost may depend on them).
 	for _, c := range []struct {
-		filter string
-		parts  int
-	}{{"events.>", 0}, {"events.>", 1}, {"events.>", 16}, {"events.info.*", 16}} {
+		filter      string
+		parts, keys int
+	}{{"events.>", 0, orderedKeys}, {"events.>", 1, orderedKeys}, {"events.>", 16, orderedKeys}, {"events.>", 16, 10}, {"events.info.*", 16, orderedKeys}} {
 		parts := c.parts
-		b.Run(fmt.Sprintf("filter=%s/partitions=%d", c.filter, parts), func(b *testing.B) {
+		b.Run(fmt.Sprintf("filter=%s/partitions=%d/keys=%d", c.filter, parts, c.keys), func(b *testing.B) {
 			srv := natstest.Start(b)
 			_, js := natstest.Connect(b, srv.URL())
 			ctx := b.Context()
@@ -159,7 +161,7 @@ func BenchmarkOrderedCopy(b *testing.B) {
 			}
 			pub0 := processCPU(b)
 			for seq := range b.N {
-				m := &nats.Msg{Subject: subjectOf(seq, orderedKeys), Header: nats.Header{}, Data: payload(seq, 0)}
+				m := &nats.Msg{Subject: subjectOf(seq, c.keys), Header: nats.Header{}, Data: payload(seq, 0)}
 				m.Header.Set(jetstream.MsgIDHeader, "m-"+strconv.Itoa(seq))
 				if _, err := js.PublishMsgAsync(m, jetstream.WithStallWait(stallWait)); err != nil {
 					b.Fatal(err)
