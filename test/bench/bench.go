@@ -39,11 +39,12 @@ func runBench(ctx context.Context, args []string) error {
 			"naive bridge; latwatermill and latwmnaive do the same at the paced rate, both\n"+
 			"at once. ordered, onekey and fleetrate measure issue 28: an ordered route over\n"+
 			"1,000 interleaved keys vs the same route unordered, one key against a sink\n"+
-			"answering after 5ms vs at once, and a fleet rate limit never reached vs none.\n"+
+			"answering after 5ms vs at once, and a fleet rate limit never reached vs none;\n"+
+			"orderedone (only when named) is ordered with the route's subjects events.info.*.\n"+
 			"The run ends with the targets of issue 26, the rest of issue 10's, then issue 28's.\n")
 	}
 	quick := fs.Bool("quick", false, "smaller backlogs, 3 runs, shorter windows: a few minutes")
-	list := fs.String("scenarios", "", "comma-separated scenarios to run (default: all but baseline and latbaseline): "+strings.Join(scenarioNames(), ","))
+	list := fs.String("scenarios", "", "comma-separated scenarios to run (default: all but baseline, latbaseline and orderedone): "+strings.Join(scenarioNames(), ","))
 	runs := fs.Int("runs", 0, "paired runs per scenario (default 5, -quick 3)")
 	n := fs.Int("n", 0, "backlog of the throughput scenarios (default 30000, -quick 10000)")
 	bridgeBin := fs.String("bridge", "", "use this bridge binary instead of building ./cmd/bridge")

@@ -81,7 +81,7 @@ func issue28Scenarios(o options) []scenario {
 	return []scenario{
 		{name: "ordered", title: fmt.Sprintf("ordered delivery, %s interleaved, vs the same route without ordering (issue 28)", keysLabel(orderedKeys)),
 			kind: drain, a: ordered, b: unordered, n: o.n, runs: o.runs},
-		{name: "orderedone", title: fmt.Sprintf("the ordered scenario with the route's subjects %s (one subject transform for the copy instead of one per subject length) vs the same route without ordering (issue 28)", unorderedOne.filter),
+		{name: "orderedone", title: fmt.Sprintf("the ordered scenario with the route's subjects %s (one subject transform for the copy instead of three) vs the same route without ordering (issue 28)", unorderedOne.filter),
 			kind: drain, a: orderedOne, b: unorderedOne, n: o.n, runs: o.runs, named: true},
 		{name: "onekey", title: fmt.Sprintf("ordered delivery, every message on one key, sink answering after %s vs at once (issue 28)", oneKeyDelay),
 			kind: drain, a: oneKeySlow, b: oneKey, n: o.oneKeyN, runs: o.runs},
