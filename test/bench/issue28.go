@@ -152,7 +152,7 @@ func targets28(res map[string]*scenarioResult) []target {
 		ts = append(ts, noteLine("↳ CPU per message of the bridge process (fleetrate)", "—", fmt.Sprintf("%.2f×", sr.ratio(cpu))))
 		ts = append(ts, noteLine("↳ time added per request (fleetrate)", "—", fmt.Sprintf("%+.1f µs/request", addedMicros(sr))))
 		pubs := median(values(sr.a[:sr.pairs()], func(r result) float64 { return r.counterPubs }))
-		ts = append(ts, noteLine("↳ publishes to the counter stream <stream>_RATE per request (fleetrate)", "—", strconv.FormatFloat(pubs, 'f', 4, 64)))
+		ts = append(ts, noteLine("↳ publishes to the counter stream `"+streamName+"_RATE` per request (fleetrate)", "—", strconv.FormatFloat(pubs, 'f', 4, 64)))
 	} else {
 		notRun(frMeasure, frGoal, "fleetrate")
 	}
