@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"math"
+	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sotercare/jetbridge/config"
@@ -152,6 +156,14 @@ func targets28(res map[string]*scenarioResult) []target {
 		ts = append(ts, noteLine("↳ CPU per message of the bridge process (fleetrate)", "—", fmt.Sprintf("%.2f×", sr.ratio(cpu))))
 		ts = append(ts, noteLine("↳ time added per request (fleetrate)", "—", fmt.Sprintf("%+.1f µs/request", addedMicros(sr))))
 		pubs := median(values(sr.a[:sr.pairs()], func(r result) float64 { return r.counterPubs }))
+		// Summed over the tries of every run of A, per request (a request
+		// per message: the sink answers 202 to all).
+		perReq := func(f func(result) float64) float64 {
+			return sum(values(sr.a[:sr.pairs()], f)) * 1e6 / float64(sr.sc.n*sr.pairs())
+		}
+		ts = append(ts, noteLine("↳ time tries waited, summed over tries, per request: for the rate limit (bridge_destination_rate_limited_seconds_total) / for the fleet's quota (bridge_fleet_rate_wait_seconds_total); failed uses of the counter, all runs (fleetrate)", "—",
+			fmt.Sprintf("%.1f µs / %.1f µs; %.0f", perReq(func(r result) float64 { return r.limitedSecs }),
+				perReq(func(r result) float64 { return r.fleetWaitSecs }), sum(values(sr.a[:sr.pairs()], func(r result) float64 { return r.fleetErrors })))))
 		ts = append(ts, noteLine("↳ publishes to the counter stream `"+streamName+"_RATE` per request (fleetrate)", "—", strconv.FormatFloat(pubs, 'f', 4, 64)))
 	} else {
 		notRun(frMeasure, frGoal, "fleetrate")
@@ -232,4 +244,59 @@ func (w *copyWatch) share(secs float64) float64 {
 		return math.NaN()
 	}
 	return min(w.done.Sub(w.first).Seconds()/secs, 1)
+}
+
+// rateCounters are what the bridge's /metrics says of its rate limit over
+// a fleetrate run: the seconds tries waited for it (the destination's
+// rate_limited counter, and the fleet's wait counter) and the failed uses of the fleet counter (op "rate": the
+// replica then kept to its per-process limit, the counter unused).
+type rateCounters struct {
+	limitedSecs, fleetWaitSecs, fleetErrors float64
+}
+
+// readRateCounters scrapes the bridge's /metrics at url for them. A
+// series never incremented is not exported: it counts 0.
+func readRateCounters(ctx context.Context, hc *http.Client, url string) (rateCounters, error) {
+	var c rateCounters
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return c, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return c, fmt.Errorf("rate counters: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return c, fmt.Errorf("rate counters: %s: status %d", url, resp.StatusCode)
+	}
+	sc := bufio.NewScanner(io.LimitReader(resp.Body, 4<<20))
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		series, v, ok := strings.Cut(sc.Text(), " ")
+		if !ok {
+			continue
+		}
+		name, labels, _ := strings.Cut(series, "{")
+		var dst *float64
+		switch {
+		case name == "bridge_destination_rate_limited_seconds_total":
+			dst = &c.limitedSecs
+		case name == "bridge_fleet_rate_wait_seconds_total":
+			dst = &c.fleetWaitSecs
+		case name == "bridge_fleet_state_errors_total" && strings.Contains(labels, `op="rate"`):
+			dst = &c.fleetErrors
+		default:
+			continue
+		}
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil {
+			return c, fmt.Errorf("rate counters: %s: %w", series, err)
+		}
+		*dst += f
+	}
+	if err := sc.Err(); err != nil {
+		return c, fmt.Errorf("rate counters: %w", err)
+	}
+	return c, nil
 }

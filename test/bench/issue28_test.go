@@ -223,3 +223,29 @@ func processCPU(b *testing.B) time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// TestReadRateCounters reads the rate limit's counters as the bridge's
+// /metrics exports them: the two wait counters, only the fleet errors of
+// op "rate", absent series as 0.
+func TestReadRateCounters(t *testing.T) {
+	body := "# HELP bridge_destination_rate_limited_seconds_total x\n" +
+		"bridge_destination_rate_limited_seconds_total{destination=\"sink\"} 0.25\n" +
+		"bridge_fleet_rate_wait_seconds_total{destination=\"sink\"} 0.5\n" +
+		"bridge_fleet_state_errors_total{destination=\"sink\",op=\"rate\"} 2\n" +
+		"bridge_fleet_state_errors_total{destination=\"sink\",op=\"pause\"} 7\n" +
+		"go_memstats_mallocs_total 123\n"
+	for _, c := range []struct {
+		body                   string
+		limited, fleet, errors float64
+	}{{body, 0.25, 0.5, 2}, {"go_memstats_mallocs_total 123\n", 0, 0, 0}} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(c.body)) }))
+		got, err := readRateCounters(t.Context(), srv.Client(), srv.URL)
+		srv.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.limitedSecs != c.limited || got.fleetWaitSecs != c.fleet || got.fleetErrors != c.errors {
+			t.Errorf("read %+v, want %g s limited, %g s fleet waits and %g errors", got, c.limited, c.fleet, c.errors)
+		}
+	}
+}

@@ -43,6 +43,10 @@ type result struct {
 	// (from the first request) after which the route's partitioned copy
 	// held every message (issue28.go); else NaN or 0.
 	copyShare float64
+	// limitedSecs, fleetWaitSecs, fleetErrors: drain runs with a fleet
+	// rate limit, the bridge's seconds waited for it and failed uses of
+	// its counter (rateCounters, issue28.go).
+	limitedSecs, fleetWaitSecs, fleetErrors float64
 }
 
 // env is what every run shares: the binaries, the sink, the temp dir.
@@ -225,6 +229,12 @@ func (e *env) drainRun(ctx context.Context, n int, sys system, pub *publisher, n
 	if err != nil {
 		return result{}, err
 	}
+	var rc rateCounters
+	if sys.rateLimit {
+		if rc, err = readRateCounters(ctx, hc, s.metrics); err != nil {
+			return result{}, err
+		}
+	}
 	s.stop()
 	if st, err = e.sink.stats(ctx, false); err != nil { // late duplicates included
 		return result{}, err
@@ -263,6 +273,10 @@ func (e *env) drainRun(ctx context.Context, n int, sys system, pub *publisher, n
 
 		counterPubs: counterPubs,
 		copyShare:   copyShare,
+
+		limitedSecs:   rc.limitedSecs,
+		fleetWaitSecs: rc.fleetWaitSecs,
+		fleetErrors:   rc.fleetErrors,
 	}, nil
 }
 
