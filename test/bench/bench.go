@@ -37,10 +37,14 @@ func runBench(ctx context.Context, args []string) error {
 			"watermill and wmnaive measure jetbridge against the Watermill peer (issue 26,\n"+
 			"built from its nested module test/bench/watermill) and the peer against the\n"+
 			"naive bridge; latwatermill and latwmnaive do the same at the paced rate, both\n"+
-			"at once. The run ends with the targets of issue 26, then the rest of issue 10's.\n")
+			"at once. ordered, onekey and fleetrate measure issue 28: an ordered route over\n"+
+			"1,000 interleaved keys vs the same route unordered, one key against a sink\n"+
+			"answering after 5ms vs at once, and a fleet rate limit never reached vs none;\n"+
+			"orderedone (only when named) is ordered with the route's subjects events.info.*.\n"+
+			"The run ends with the targets of issue 26, the rest of issue 10's, then issue 28's.\n")
 	}
 	quick := fs.Bool("quick", false, "smaller backlogs, 3 runs, shorter windows: a few minutes")
-	list := fs.String("scenarios", "", "comma-separated scenarios to run (default: all but baseline and latbaseline): "+strings.Join(scenarioNames(), ","))
+	list := fs.String("scenarios", "", "comma-separated scenarios to run (default: all but baseline, latbaseline and orderedone): "+strings.Join(scenarioNames(), ","))
 	runs := fs.Int("runs", 0, "paired runs per scenario (default 5, -quick 3)")
 	n := fs.Int("n", 0, "backlog of the throughput scenarios (default 30000, -quick 10000)")
 	bridgeBin := fs.String("bridge", "", "use this bridge binary instead of building ./cmd/bridge")
@@ -151,6 +155,7 @@ func runBench(ctx context.Context, args []string) error {
 	}
 	writeTargets(os.Stdout, "Targets of issue 26", targets26(results, o))
 	writeTargets(os.Stdout, "Other targets (issue 10)", otherTargets(results, o))
+	writeTargets(os.Stdout, "Ordered delivery and the fleet rate limit (issue 28)", targets28(results))
 	fmt.Printf("\nTotal %s; load average at the end %s.\n", formatDuration(time.Since(started)), loadavg())
 	for _, sr := range results {
 		if sr.err != nil {

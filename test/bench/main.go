@@ -36,7 +36,11 @@
 // the same at the paced rate, both at once. Every drain also counts the
 // allocations per message of the system's own process (allocs.go). The
 // run ends with issue 26's targets (issue26.go), each row measured or
-// marked as not run, then the rest of issue 10's.
+// marked as not run, then the rest of issue 10's, then issue 28's rows
+// (issue28.go): "ordered" (an ordered route over 1,000 interleaved keys
+// vs the same route unordered), "onekey" (one key, against a sink that
+// answers after 5 ms vs at once) and "fleetrate" (a fleet-wide rate limit
+// never reached vs none), jetbridge against jetbridge.
 //
 // Latency tails on a shared machine mostly measure what else ran at the
 // time, so "latpair", "latfloor" and "latoverhead" run their two systems

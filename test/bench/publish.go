@@ -61,9 +61,24 @@ func newPublisher(ctx context.Context, natsURL string) (*publisher, error) {
 
 func (p *publisher) close() { p.nc.Close() }
 
-// publish sends message seq asynchronously, timestamped now.
-func (p *publisher) publish(seq int) error {
-	m := &nats.Msg{Subject: subject, Header: nats.Header{}, Data: payload(seq, time.Now().UnixNano())}
+// subjectOf is the subject of message seq published over keys keys: the
+// one subject when keys is 0, else events.info.k<seq mod keys>, round-robin
+// so that the keys interleave (the ordered scenarios key on the third
+// token: issue28.go).
+func subjectOf(seq, keys int) string {
+	if keys <= 0 {
+		return subject
+	}
+	return keyedPrefix + strconv.Itoa(seq%keys)
+}
+
+// keyedPrefix is the subject of a keyed message less its key.
+const keyedPrefix = "events.info.k"
+
+// publish sends message seq asynchronously, timestamped now, on the
+// subject of subjectOf(seq, keys).
+func (p *publisher) publish(seq, keys int) error {
+	m := &nats.Msg{Subject: subjectOf(seq, keys), Header: nats.Header{}, Data: payload(seq, time.Now().UnixNano())}
 	m.Header.Set(jetstream.MsgIDHeader, "m-"+strconv.Itoa(seq))
 	m.Header.Set("Content-Type", "application/json")
 	// With 4096 PubAcks pending a publish waits for room; on a loaded
@@ -97,10 +112,11 @@ func (p *publisher) wait(ctx context.Context, want int, timeout time.Duration) e
 	return nil
 }
 
-// prepublish publishes messages 0..n-1 as fast as JetStream takes them.
-func (p *publisher) prepublish(ctx context.Context, n int) error {
+// prepublish publishes messages 0..n-1 as fast as JetStream takes them,
+// over keys subjects (subjectOf).
+func (p *publisher) prepublish(ctx context.Context, n, keys int) error {
 	for seq := range n {
-		if err := p.publish(seq); err != nil {
+		if err := p.publish(seq, keys); err != nil {
 			return fmt.Errorf("publish %d: %w", seq, err)
 		}
 		if seq%4096 == 0 && ctx.Err() != nil {
@@ -126,7 +142,7 @@ func (p *publisher) paced(ctx context.Context, from, count, rate int) error {
 				return context.Cause(ctx)
 			}
 		}
-		if err := p.publish(from + i); err != nil {
+		if err := p.publish(from+i, 0); err != nil {
 			return fmt.Errorf("publish %d: %w", from+i, err)
 		}
 	}

@@ -36,6 +36,17 @@ type result struct {
 	cpuShare  float64 // CPU of the system over the window, % of one core
 	requests  float64 // requests the sink answered over the window
 	reqRate   float64 // requests/s over the window
+	// counterPubs: drain runs of a system with a fleet rate limit, the
+	// publishes to its counter stream per message (issue28.go); else 0.
+	counterPubs float64
+	// copyShare: drain runs of an ordered route, the share of the drain
+	// (from the first request) after which the route's partitioned copy
+	// held every message (issue28.go); else NaN or 0.
+	copyShare float64
+	// limitedSecs, fleetWaitSecs, fleetErrors: drain runs with a fleet
+	// rate limit, the bridge's seconds waited for it and failed uses of
+	// its counter (rateCounters, issue28.go).
+	limitedSecs, fleetWaitSecs, fleetErrors float64
 }
 
 // env is what every run shares: the binaries, the sink, the temp dir.
@@ -119,10 +130,10 @@ func (e *env) withServer(ctx context.Context, dir string, f func(natsURL string,
 // drainRun pre-publishes n messages, then starts sys and measures until
 // the sink has seen every one of them.
 func (e *env) drainRun(ctx context.Context, n int, sys system, pub *publisher, natsURL, dir string, serverPID int) (result, error) {
-	if err := pub.prepublish(ctx, n); err != nil {
+	if err := pub.prepublish(ctx, n, sys.keys); err != nil {
 		return result{}, err
 	}
-	if err := e.sink.reset(ctx, n, http.StatusAccepted, n); err != nil {
+	if err := e.sink.resetDelayed(ctx, n, http.StatusAccepted, n, sys.sinkDelay); err != nil {
 		return result{}, err
 	}
 	s, err := e.startSystem(ctx, sys, natsURL, dir)
@@ -179,7 +190,18 @@ func (e *env) drainRun(ctx context.Context, n int, sys system, pub *publisher, n
 		counted = n - after.Unique
 		return err
 	}
-	st, err := e.waitUnique(ctx, s, n, time.Minute+time.Duration(n)*2*time.Millisecond, firstRequest)
+	observe := firstRequest
+	var copyObs *copyWatch
+	if sys.ordered {
+		copyObs = newCopyWatch(pub, n)
+		observe = func(st sinkStats) error {
+			if err := firstRequest(st); err != nil {
+				return err
+			}
+			return copyObs.observe(ctx, started)
+		}
+	}
+	st, err := e.waitUnique(ctx, s, n, time.Minute+time.Duration(n)*2*time.Millisecond, observe)
 	if err != nil {
 		return result{}, err
 	}
@@ -207,11 +229,29 @@ func (e *env) drainRun(ctx context.Context, n int, sys system, pub *publisher, n
 	if err != nil {
 		return result{}, err
 	}
+	var rc rateCounters
+	if sys.rateLimit {
+		if rc, err = readRateCounters(ctx, hc, s.metrics); err != nil {
+			return result{}, err
+		}
+	}
 	s.stop()
 	if st, err = e.sink.stats(ctx, false); err != nil { // late duplicates included
 		return result{}, err
 	}
+	counterPubs := 0.0
+	if sys.rateLimit {
+		pubs, err := pub.counterPublishes(ctx)
+		if err != nil {
+			return result{}, err
+		}
+		counterPubs = float64(pubs) / float64(n)
+	}
 	secs := time.Duration(st.LastNewNS - st.FirstNS).Seconds()
+	copyShare := math.NaN()
+	if copyObs != nil {
+		copyShare = copyObs.share(secs)
+	}
 	allocs, allocKB := math.NaN(), math.NaN()
 	if counted > 0 {
 		allocs = (alloc1.objects - alloc0.objects) / float64(counted)
@@ -230,6 +270,13 @@ func (e *env) drainRun(ctx context.Context, n int, sys system, pub *publisher, n
 		allocKB:   allocKB,
 		serverCPU: (server1 - server0).Seconds() * 10_000 / float64(n),
 		sinkCPU:   (sink1 - sink0).Seconds() * 10_000 / float64(n),
+
+		counterPubs: counterPubs,
+		copyShare:   copyShare,
+
+		limitedSecs:   rc.limitedSecs,
+		fleetWaitSecs: rc.fleetWaitSecs,
+		fleetErrors:   rc.fleetErrors,
 	}, nil
 }
 
@@ -322,7 +369,7 @@ func (e *env) latencyRun(ctx context.Context, systems []system, lastFirst bool, 
 // failure regime is reached and measures the system's cost over a window.
 func (e *env) failureRun(ctx context.Context, sc scenario, sys system, pub *publisher, natsURL, dir string) (result, error) {
 	n := sc.backlog(sys)
-	if err := pub.prepublish(ctx, n); err != nil {
+	if err := pub.prepublish(ctx, n, 0); err != nil {
 		return result{}, err
 	}
 	code := http.StatusServiceUnavailable

@@ -49,6 +49,7 @@ type options struct {
 	breakerFor        time.Duration
 	status500For      time.Duration
 	status500Backlog  int
+	oneKeyN           int // backlog of the onekey scenario (issue28.go)
 }
 
 func defaultOptions(quick bool) options {
@@ -56,13 +57,13 @@ func defaultOptions(quick bool) options {
 		return options{
 			runs: 3, failureRuns: 1, n: 10_000, connsN: 20_000, rssSmall: 20_000, rssBig: 100_000,
 			rate: 1000, latencyFor: 5 * time.Second, breakerFor: 10 * time.Second,
-			status500For: 5 * time.Second, status500Backlog: 100,
+			status500For: 5 * time.Second, status500Backlog: 100, oneKeyN: 1000,
 		}
 	}
 	return options{
 		runs: 5, failureRuns: 1, n: 30_000, connsN: 100_000, rssSmall: 20_000, rssBig: 200_000,
 		rate: 1000, latencyFor: 10 * time.Second, breakerFor: 30 * time.Second,
-		status500For: 10 * time.Second, status500Backlog: 100,
+		status500For: 10 * time.Second, status500Backlog: 100, oneKeyN: 2000,
 	}
 }
 
@@ -73,8 +74,8 @@ const (
 	status500BackoffYAML = "[1s]"
 )
 
-// allScenarios are the scenarios of issues 10 and 26, in the order they
-// run.
+// allScenarios are the scenarios of issues 10, 26 and 28 (issue28.go), in
+// the order they run.
 func allScenarios(o options) []scenario {
 	jb := func(inFlight int) system { return system{inFlight: inFlight} }
 	naive := func(k int) system { return system{naive: true, inFlight: k} }
@@ -111,7 +112,7 @@ func allScenarios(o options) []scenario {
 	wm := system{watermill: true, inFlight: watermillSubscribers}
 	base64, base32 := jb(64), jb(32)
 	base64.baseline, base32.baseline = true, true
-	return []scenario{
+	return append([]scenario{
 		{name: "envelope", title: "envelope, defaults (breaker, transport retry, metrics; idempotency off)", kind: drain, a: jb(64), b: naive(64), n: o.n, runs: o.runs},
 		{name: "raw", title: "format raw", kind: drain, a: raw, b: naive(64), n: o.n, runs: o.runs},
 		{name: "floor", title: "the contract's required work alone on the naive bridge (envelope with json.Valid, confirmed ack)", kind: drain, a: floor, b: naive(64), n: o.n, runs: o.runs},
@@ -140,7 +141,7 @@ func allScenarios(o options) []scenario {
 		{name: "baseline", title: "this build vs the -baseline build, envelope defaults", kind: drain, a: jb(64), b: base64, n: o.n, runs: o.runs, named: true},
 		{name: "latbaseline", title: fmt.Sprintf("this build vs the -baseline build, latency at %d msgs/s for %s, both at once", o.rate, o.latencyFor), kind: latency, a: jb(32), b: base32, runs: o.runs, named: true, together: true},
 		{name: "status500", title: fmt.Sprintf("destination answering 500 to everything, %d messages, %s window (jetbridge: breaker off, backoff %s)", o.status500Backlog, o.status500For, status500BackoffYAML), kind: status500, a: failing, b: naive(64), n: o.status500Backlog, runs: o.failureRuns},
-	}
+	}, issue28Scenarios(o)...)
 }
 
 // backlog is the number of messages sys drains in sc.

@@ -51,6 +51,7 @@ type sink struct {
 
 	mu      sync.Mutex
 	status  int
+	delay   time.Duration // added before each answer (the onekey scenario)
 	latFrom int
 	since   time.Time
 	lanes   [2]lane
@@ -150,14 +151,22 @@ func (s *sink) serveEvent(w http.ResponseWriter, r *http.Request) {
 			l.latencies = append(l.latencies, now.UnixNano()-ts)
 		}
 	}
-	status := s.status
+	status, delay := s.status, s.delay
 	s.mu.Unlock()
+	if delay > 0 {
+		// A destination's fixed latency, outside the lock: requests in
+		// flight wait it concurrently.
+		time.Sleep(delay)
+	}
 	w.WriteHeader(status)
 }
 
-// controlHandler serves POST /reset?n=N&status=S&lat_from=L (forget
-// everything, expect sequences 0..N-1 in each lane, answer S, record
-// latencies of sequences >= L) and GET /stats (lane 0; ?lane=1 for lane 1;
+// maxSinkDelay bounds the latency a reset may add to each answer.
+const maxSinkDelay = time.Second
+
+// controlHandler serves POST /reset?n=N&status=S&lat_from=L&delay_us=D
+// (forget everything, expect sequences 0..N-1 in each lane, answer S after
+// D µs (0 when absent), record latencies of sequences >= L) and GET /stats (lane 0; ?lane=1 for lane 1;
 // ?latency=1 adds the percentiles).
 func (s *sink) controlHandler() http.Handler {
 	mux := http.NewServeMux()
@@ -166,12 +175,18 @@ func (s *sink) controlHandler() http.Handler {
 		n, err1 := strconv.Atoi(q.Get("n"))
 		status, err2 := strconv.Atoi(q.Get("status"))
 		latFrom, err3 := strconv.Atoi(q.Get("lat_from"))
-		if err := errors.Join(err1, err2, err3); err != nil || n < 0 || n > maxSinkIDs || status < 200 || status > 599 {
-			http.Error(w, "reset wants n in [0,10000000], status in [200,599] and lat_from", http.StatusBadRequest)
+		delayUS, err4 := 0, error(nil)
+		if d := q.Get("delay_us"); d != "" {
+			delayUS, err4 = strconv.Atoi(d)
+		}
+		if err := errors.Join(err1, err2, err3, err4); err != nil || n < 0 || n > maxSinkIDs || status < 200 || status > 599 ||
+			delayUS < 0 || delayUS > int(maxSinkDelay/time.Microsecond) {
+			http.Error(w, "reset wants n in [0,10000000], status in [200,599], lat_from and delay_us in [0,1000000]", http.StatusBadRequest)
 			return
 		}
+		delay := time.Duration(delayUS) * time.Microsecond
 		s.mu.Lock()
-		s.status, s.latFrom, s.since = status, latFrom, time.Now()
+		s.status, s.delay, s.latFrom, s.since = status, delay, latFrom, time.Now()
 		for i := range s.lanes {
 			s.lanes[i] = lane{seen: make([]bool, n), latencies: make([]int64, 0, max(n-latFrom, 0))}
 		}
@@ -229,7 +244,14 @@ func newSinkClient(destAddr, ctlAddr string) *sinkClient {
 }
 
 func (c *sinkClient) reset(ctx context.Context, n, status, latFrom int) error {
-	q := url.Values{"n": {strconv.Itoa(n)}, "status": {strconv.Itoa(status)}, "lat_from": {strconv.Itoa(latFrom)}}
+	return c.resetDelayed(ctx, n, status, latFrom, 0)
+}
+
+// resetDelayed is reset with every answer delayed by delay (a
+// destination's fixed latency).
+func (c *sinkClient) resetDelayed(ctx context.Context, n, status, latFrom int, delay time.Duration) error {
+	q := url.Values{"n": {strconv.Itoa(n)}, "status": {strconv.Itoa(status)}, "lat_from": {strconv.Itoa(latFrom)},
+		"delay_us": {strconv.FormatInt(delay.Microseconds(), 10)}}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.ctl+"/reset?"+q.Encode(), nil)
 	if err != nil {
 		return err

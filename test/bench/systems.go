@@ -33,6 +33,18 @@ type system struct {
 	maxDeliver  int    // 0 for the default
 	messages    int    // backlog of this system in drain runs; 0: the scenario's
 	concurrency int    // the destination's concurrency.max; 0: no flow control
+	// Issue 28 (issue28.go). keys: drain runs publish the backlog
+	// round-robin over this many subjects events.info.k<i> (0: the one
+	// subject events.info.bench). ordered: jetbridge's route has an
+	// ordering block keyed on the subject's third token (default
+	// partitions). rateLimit: the destination has a fleet rate limit
+	// never reached (fleetRateYAML). sinkDelay: the sink answers each
+	// request after this long.
+	keys      int
+	ordered   bool
+	filter    string // the route's subjects; "": events.>
+	rateLimit bool
+	sinkDelay time.Duration
 }
 
 func (s system) label() string {
@@ -74,6 +86,21 @@ func (s system) label() string {
 	if s.concurrency > 0 {
 		parts = append(parts, "concurrency "+strconv.Itoa(s.concurrency))
 	}
+	if s.ordered {
+		parts = append(parts, "ordered (key: token 3, 16 partitions)")
+	}
+	if s.filter != "" {
+		parts = append(parts, "subjects "+s.filter)
+	}
+	if s.rateLimit {
+		parts = append(parts, "fleet rate_limit "+fleetRateYAML+" (never reached)")
+	}
+	if s.keys > 0 {
+		parts = append(parts, keysLabel(s.keys))
+	}
+	if s.sinkDelay > 0 {
+		parts = append(parts, "sink +"+s.sinkDelay.String())
+	}
 	if s.messages > 0 {
 		parts = append(parts, fmt.Sprintf("%dk backlog", s.messages/1000))
 	}
@@ -108,13 +135,19 @@ func bridgeConfig(sys system, natsURL, adminAddr, destURL, route string) string 
 	if sys.concurrency > 0 {
 		fmt.Fprintf(&b, "    concurrency: {max: %d}\n", sys.concurrency)
 	}
-	fmt.Fprintf(&b, "routes:\n  - name: %s\n    subjects: [\"events.>\"]\n    destination: sink\n", route)
+	if sys.rateLimit {
+		fmt.Fprintf(&b, "    rate_limit: %s\n", fleetRateYAML)
+	}
+	fmt.Fprintf(&b, "routes:\n  - name: %s\n    subjects: [%q]\n    destination: sink\n", route, orDefault(sys.filter, "events.>"))
 	fmt.Fprintf(&b, "    max_in_flight: %d\n    idempotency: %t\n", sys.inFlight, sys.idempotency)
 	if sys.backoff != "" {
 		fmt.Fprintf(&b, "    backoff: %s\n", sys.backoff)
 	}
 	if sys.maxDeliver > 0 {
 		fmt.Fprintf(&b, "    max_deliver: %d\n", sys.maxDeliver)
+	}
+	if sys.ordered {
+		fmt.Fprintf(&b, "    ordering:\n      key: {tokens: [%d]}\n", keyToken)
 	}
 	return b.String()
 }
