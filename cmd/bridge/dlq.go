@@ -871,8 +871,11 @@ func purge(ctx context.Context, s *dlqSession, all bool, seqs []uint64, route st
 	var deletedSeqs []uint64
 	failedSeqs := sel.missing
 	defer func() {
-		newAudit("dlq purge").selection(all, seqs, route, "").count("deleted", deleted).count("reopened", reopened).count("failed", failed).
-			seqs("deleted_seqs", deletedSeqs).seqs("failed_seqs", failedSeqs).write(stderr)
+		a := newAudit("dlq purge").selection(all, seqs, route, "").count("deleted", deleted)
+		if reopened > 0 { // keys of ordered routes re-opened: only then, the line is as before
+			a.count("reopened", reopened)
+		}
+		a.count("failed", failed).seqs("deleted_seqs", deletedSeqs).seqs("failed_seqs", failedSeqs).write(stderr)
 	}()
 	for _, d := range sel.ds {
 		if ctx.Err() != nil {
