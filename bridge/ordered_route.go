@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"reflect"
 	"slices"
 	"strconv"
@@ -81,9 +80,6 @@ type orderedConfig struct {
 	// pinned: the partitions are pinned (priority group, fence, lease).
 	// Only the negative controls of the hand-over turn it off.
 	pinned bool
-	// holdMax is the longest redelivery delay held in the process: every
-	// delay is (math.MaxInt64); only negative controls lower it.
-	holdMax time.Duration
 }
 
 // orderedConfigOf is the configuration of ordered route rc; timeout is
@@ -98,7 +94,6 @@ func orderedConfigOf(rc *config.Route, timeout time.Duration) orderedConfig {
 		pinnedTTL: ttl,
 		leaseCut:  timeout,
 		pinned:    true,
-		holdMax:   math.MaxInt64,
 	}
 }
 
@@ -840,7 +835,7 @@ func (o *orderedRoute) worker(stop context.Context, w int) {
 // route runs. Otherwise h is handed back (its progress acks stop now).
 func (o *orderedRoute) keep(h *heldMsg, delay time.Duration) bool {
 	stop, _, _, ok := o.parts[h.partition].current(h)
-	if ok && stop.Err() == nil && delay <= o.cfg.holdMax {
+	if ok && stop.Err() == nil {
 		return true
 	}
 	h.settleOff()
