@@ -218,9 +218,15 @@ routes:
 			return fmt.Errorf("removed route: %d requests, %d settled as delivered", len(goneDelivered), settledGone)
 		}
 		// Every message its consumer handed out was settled by the retired
-		// route: delivered, or handed back (none left unsettled).
-		if got := int(goneInfo.Delivered.Consumer); got != settledGone+handedBack {
-			return fmt.Errorf("removed route: its consumer handed out %d messages, the route settled %d delivered + %d handed back", got, settledGone, handedBack)
+		// route (delivered, or handed back), except one the server sent as
+		// an open pull was cancelled by the retirement: nats.go drops it
+		// (FetchContext stops listening), and JetStream redelivers it after
+		// ack_wait, so it is among what the consumer still has (rest,
+		// below, counted exactly). At most the route's open pulls' size
+		// (max_in_flight 4).
+		lost := int(goneInfo.Delivered.Consumer) - (settledGone + handedBack)
+		if lost < 0 || lost > 4 {
+			return fmt.Errorf("removed route: its consumer handed out %d messages, the route settled %d delivered + %d handed back", goneInfo.Delivered.Consumer, settledGone, handedBack)
 		}
 		if old.Count() != len(goneDelivered) {
 			return fmt.Errorf("removed route: %d requests after its retirement, want %d", old.Count(), len(goneDelivered))
@@ -234,8 +240,8 @@ routes:
 			return fmt.Errorf("removed route: %d delivered + %d left in its consumer (%d handed back) = %d distinct of %d",
 				len(goneDelivered), len(rest), handedBack, len(all), gone)
 		}
-		t.Logf("staying: %d at the first URL, %d at the second; removed: %d delivered, %d handed back, %d left in its consumer",
-			first.Count(), second.Count(), len(goneDelivered), handedBack, len(rest))
+		t.Logf("staying: %d at the first URL, %d at the second; removed: %d delivered, %d handed back, %d lost on their way at the retirement, %d left in its consumer",
+			first.Count(), second.Count(), len(goneDelivered), handedBack, lost, len(rest))
 		return nil
 	}
 	if err := check(t, liveReload{}); err != nil {
