@@ -427,7 +427,7 @@ func (d *delivery) settle() {
 		withFailure(e, failure).Msg("dead-lettered")
 	default: // redeliver; hold, which attempt resolves, only after a shutdown cut it short
 		out.Outcome, out.Delay = OutcomeRedeliveryScheduled, dec.delay
-		if d.head != nil && r.ord.keep(d.head, dec.delay) {
+		if d.head != nil && r.ord.keep(d.head) {
 			// An ordered route holds its key's head in the process: a
 			// delayed redelivery would let the key's next message go first
 			// (docs/delivery.md#ordered-delivery).

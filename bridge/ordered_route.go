@@ -830,10 +830,11 @@ func (o *orderedRoute) worker(stop context.Context, w int) {
 	}
 }
 
-// keep reports whether the redelivery of head h after delay is held in
-// the process: always while h's partition is owned in h's epoch and the
-// route runs. Otherwise h is handed back (its progress acks stop now).
-func (o *orderedRoute) keep(h *heldMsg, delay time.Duration) bool {
+// keep reports whether the redelivery of head h is held in the process
+// (whatever its delay): always while h's partition is owned in h's epoch
+// and the route runs. Otherwise h is handed back (its progress acks stop
+// now).
+func (o *orderedRoute) keep(h *heldMsg) bool {
 	stop, _, _, ok := o.parts[h.partition].current(h)
 	if ok && stop.Err() == nil {
 		return true
@@ -900,19 +901,10 @@ func (o *orderedRoute) leftBehind(h *heldMsg) {
 // attempted leave the key table for the fence's pending list (in copy
 // order), where they wait until every unacknowledged message of p is here.
 func (o *orderedRoute) refence(p *partition) {
-	if held, ok := o.fenceAgain(p); ok {
-		o.r.log.Info().Int("partition", p.n).Int("held", held).Msg("partition fenced again: a message of an earlier ownership was handed back")
-	}
-}
-
-// fenceAgain is refence without its log line: it reports how many held
-// messages went to the fence's pending list, and false when p is not
-// owned.
-func (o *orderedRoute) fenceAgain(p *partition) (int, bool) {
 	p.mu.Lock()
 	if !p.owned {
 		p.mu.Unlock()
-		return 0, false
+		return
 	}
 	if !p.fenced {
 		p.fenced, p.fencedAt = true, time.Now()
@@ -926,7 +918,7 @@ func (o *orderedRoute) fenceAgain(p *partition) (int, bool) {
 	p.pending = append(p.pending, msgs...)
 	slices.SortFunc(p.pending, func(a, b *heldMsg) int { return cmpSeq(a.copySeq, b.copySeq) })
 	p.mu.Unlock()
-	return len(msgs), true
+	o.r.log.Info().Int("partition", p.n).Int("held", len(msgs)).Msg("partition fenced again: a message of an earlier ownership was handed back")
 }
 
 // keepHeld sends InProgress for every held message not kept for every
@@ -1138,9 +1130,6 @@ type blockRecord struct {
 	DLQ uint64 `json:"dlq_seq"`
 }
 
-// maxBlockRecord bounds a block record read from the bucket.
-const maxBlockRecord = 64 << 10
-
 func (o *orderedRoute) blockKey(key string) string {
 	return config.BlockRecordPrefix(o.r.cfg.Name) + blockID(key)
 }
@@ -1210,7 +1199,7 @@ func (o *orderedRoute) applyBlocks(ctx context.Context, w jetstream.KeyWatcher, 
 		switch e.Operation() {
 		case jetstream.KeyValuePut:
 			var rec blockRecord
-			if len(e.Value()) > maxBlockRecord || json.Unmarshal(e.Value(), &rec) != nil || o.blockKey(rec.Key) != e.Key() {
+			if len(e.Value()) > config.MaxBlockRecord || json.Unmarshal(e.Value(), &rec) != nil || o.blockKey(rec.Key) != e.Key() {
 				o.r.log.Warn().Str("record", e.Key()).Msg("block record ignored: not a record of this route")
 				continue
 			}

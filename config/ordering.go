@@ -153,6 +153,10 @@ func StateBucket(stream string) string { return stream + "_BRIDGE" }
 // it (docs/delivery.md#ordered-delivery).
 func BlockRecordPrefix(route string) string { return "ord." + route + ".blocked." }
 
+// MaxBlockRecord bounds a block record read back from StateBucket (one is
+// a key and a sequence: far smaller); a larger one is ignored.
+const MaxBlockRecord = 64 << 10
+
 // ordering checks the ordering block of r, the route at path p: its key
 // against the route's subjects (subjects.NewPartitioner's rules), its
 // partitions and on_dead_letter, that its copy's name is not taken by a

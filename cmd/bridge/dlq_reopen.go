@@ -12,10 +12,6 @@ import (
 	"github.com/sotercare/jetbridge/config"
 )
 
-// maxBlockRecord bounds a block record read from the bucket (they are a
-// key and a sequence: far smaller).
-const maxBlockRecord = 64 << 10
-
 // maxBlockRecords bounds how many block records of one route are read.
 const maxBlockRecords = 10000
 
@@ -51,7 +47,7 @@ func reopenBlocked(ctx context.Context, s *dlqSession, route string, seq uint64)
 			break
 		}
 		e, err := kv.Get(opCtx, key)
-		if err != nil || len(e.Value()) > maxBlockRecord {
+		if err != nil || len(e.Value()) > config.MaxBlockRecord {
 			continue
 		}
 		var rec struct {
