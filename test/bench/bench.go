@@ -50,7 +50,7 @@ func runBench(ctx context.Context, args []string) error {
 	bridgeBin := fs.String("bridge", "", "use this bridge binary instead of building ./cmd/bridge")
 	baseline := fs.String("baseline", "", "a second bridge binary (a build of an earlier commit, say) that the baseline and latbaseline scenarios measure this build against, paired")
 	keep := fs.Bool("keep", false, "keep the temp dir and the logs of every run (not their JetStream stores)")
-	perfDir := fs.String("perf", "", "record each drain run's system process with Linux `perf record -g` into this directory (those runs' figures include perf's overhead)")
+	perfDir := fs.String("perf", "", "record each drain run's system process (RUN.perf.data) and JetStream server (RUN.server.perf.data) with Linux `perf record -g` into this directory (those runs' figures include perf's overhead)")
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		return nil
 	} else if err != nil {

@@ -233,10 +233,10 @@ func syscalls(pid int) (int64, error) {
 }
 
 // startPerf records the process pid with Linux perf (call graphs, 999 Hz)
-// into out until stopped or until the process exits. Read the file with
-// `perf report -i out`.
-func startPerf(ctx context.Context, logDir, out string, pid int) (*child, error) {
-	c, _, err := startChildWith(ctx, logDir, "perf", "perf",
+// into out until stopped or until the process exits; name names its log.
+// Read the file with `perf report -i out`.
+func startPerf(ctx context.Context, logDir, name, out string, pid int) (*child, error) {
+	c, _, err := startChildWith(ctx, logDir, name, "perf",
 		[]string{"record", "-F", "999", "-g", "-p", strconv.Itoa(pid), "-o", out}, nil, false)
 	return c, err
 }

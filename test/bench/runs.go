@@ -142,11 +142,19 @@ func (e *env) drainRun(ctx context.Context, n int, sys system, pub *publisher, n
 	}
 	defer s.stop()
 	if e.perfDir != "" {
-		rec, err := startPerf(ctx, dir, filepath.Join(e.perfDir, filepath.Base(dir)+".perf.data"), s.pid())
+		// The system and the JetStream server, each in its file: the
+		// server's share of a message is part of its cost (ordered
+		// routes' copies and partition consumers are work done there).
+		rec, err := startPerf(ctx, dir, "perf", filepath.Join(e.perfDir, filepath.Base(dir)+".perf.data"), s.pid())
 		if err != nil {
 			return result{}, err
 		}
 		defer rec.stop() // before s.stop: perf writes its file on SIGTERM
+		srec, err := startPerf(ctx, dir, "perf-server", filepath.Join(e.perfDir, filepath.Base(dir)+".server.perf.data"), serverPID)
+		if err != nil {
+			return result{}, err
+		}
+		defer srec.stop()
 	}
 	// CPU is counted from the first request the sink sees: the start-up
 	// (config, connection, provisioning) is not part of the drain.
