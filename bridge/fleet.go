@@ -448,74 +448,51 @@ func (b *Bridge) watchPauses(ctx context.Context) {
 	if f == nil {
 		return
 	}
-	retry := newRetryBackoff()
-	for ctx.Err() == nil {
-		w, err := f.kv.Watch(ctx, "fleet.>")
-		if err != nil {
-			b.m.fleetError("", "pause")
-			sleep(ctx, retry.NextBackOff())
-			continue
-		}
-		b.applyPauses(ctx, w)
-		_ = w.Stop()
-		if ctx.Err() == nil { // the watch ended by itself: watch again, not at once
-			b.m.fleetError("", "pause")
-			sleep(ctx, retry.NextBackOff())
-		}
-	}
+	followKV(ctx, f.kv, "fleet.>", b.applyPause, func() { b.m.fleetError("", "pause") })
 }
 
-// applyPauses applies the updates of w until ctx ends or w closes.
-func (b *Bridge) applyPauses(ctx context.Context, w jetstream.KeyWatcher) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case e, ok := <-w.Updates():
-			if !ok {
-				return
-			}
-			if e == nil {
-				continue // the initial values are all in
-			}
-			if dest, i, ok := slotOf(e.Key()); ok {
-				b.mu.RLock()
-				d := b.dests[dest]
-				b.mu.RUnlock()
-				if d != nil && d.gate.slots != nil {
-					d.gate.slots.seen(i, e.Revision(), e.Operation() == jetstream.KeyValuePut)
-				}
-				continue
-			}
-			if e.Operation() != jetstream.KeyValuePut {
-				continue
-			}
-			dest, ok := pauseDest(e.Key())
-			if !ok {
-				continue
-			}
-			v := e.Value()
-			if len(v) > 20 {
-				continue
-			}
-			ms, err := strconv.ParseInt(string(v), 10, 64)
-			if err != nil || ms <= 0 || ms > math.MaxInt64/int64(time.Millisecond) {
-				continue
-			}
-			until := time.UnixMilli(ms)
-			b.mu.RLock()
-			d := b.dests[dest]
-			longest := longestPause(b.applied)
-			b.mu.RUnlock()
-			if d == nil {
-				continue
-			}
-			if latest := time.Now().Add(longest); until.After(latest) {
-				until = latest // no longer than a route of this replica would honour
-			}
-			d.gate.pauseUntil(until, false)
-		}
+// applyPause applies one update of the fleet's records: a slot taken or
+// given back, or a pause shared by a replica (nil: nothing to do).
+func (b *Bridge) applyPause(e jetstream.KeyValueEntry) {
+	if e == nil {
+		return // the initial values are all in
 	}
+	if dest, i, ok := slotOf(e.Key()); ok {
+		b.mu.RLock()
+		d := b.dests[dest]
+		b.mu.RUnlock()
+		if d != nil && d.gate.slots != nil {
+			d.gate.slots.seen(i, e.Revision(), e.Operation() == jetstream.KeyValuePut)
+		}
+		return
+	}
+	if e.Operation() != jetstream.KeyValuePut {
+		return
+	}
+	dest, ok := pauseDest(e.Key())
+	if !ok {
+		return
+	}
+	v := e.Value()
+	if len(v) > 20 {
+		return
+	}
+	ms, err := strconv.ParseInt(string(v), 10, 64)
+	if err != nil || ms <= 0 || ms > math.MaxInt64/int64(time.Millisecond) {
+		return
+	}
+	until := time.UnixMilli(ms)
+	b.mu.RLock()
+	d := b.dests[dest]
+	longest := longestPause(b.applied)
+	b.mu.RUnlock()
+	if d == nil {
+		return
+	}
+	if latest := time.Now().Add(longest); until.After(latest) {
+		until = latest // no longer than a route of this replica would honour
+	}
+	d.gate.pauseUntil(until, false)
 }
 
 // pauseDest is the destination of a pause key.

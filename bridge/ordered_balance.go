@@ -234,50 +234,32 @@ func (b *balancer) write(ctx context.Context) {
 // watch follows the members' records until ctx ends; the watch is made
 // again after a failure, and the view is inactive meanwhile.
 func (b *balancer) watch(ctx context.Context) {
-	for ctx.Err() == nil {
-		w, err := b.kv.Watch(ctx, b.prefix+"*")
-		if err == nil {
-			b.apply(ctx, w)
-			_ = w.Stop()
-		}
+	followKV(ctx, b.kv, b.prefix+"*", b.apply, func() {
 		b.mu.Lock()
 		b.synced = false
 		clear(b.members)
 		b.mu.Unlock()
-		sleep(ctx, time.Second)
-	}
+	})
 }
 
-// apply takes the updates of w until ctx ends or w closes.
-func (b *balancer) apply(ctx context.Context, w jetstream.KeyWatcher) {
-	for {
-		var e jetstream.KeyValueEntry
-		select {
-		case <-ctx.Done():
-			return
-		case u, ok := <-w.Updates():
-			if !ok {
-				return
-			}
-			e = u
+// apply takes one update of the members' records.
+func (b *balancer) apply(e jetstream.KeyValueEntry) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case e == nil:
+		b.synced = true // the records stored so far are in
+	case !strings.HasPrefix(e.Key(), b.prefix) || !validMemberID(e.Key()[len(b.prefix):]):
+		// not a member's record: ignored
+	case e.Key()[len(b.prefix):] == b.id:
+		// this replica: counted by its own writes
+	case e.Operation() == jetstream.KeyValuePut:
+		id := e.Key()[len(b.prefix):]
+		if _, ok := b.members[id]; ok || len(b.members) < maxMembers {
+			b.members[id] = time.Now()
 		}
-		b.mu.Lock()
-		switch {
-		case e == nil:
-			b.synced = true // the records stored so far are in
-		case !strings.HasPrefix(e.Key(), b.prefix) || !validMemberID(e.Key()[len(b.prefix):]):
-			// not a member's record: ignored
-		case e.Key()[len(b.prefix):] == b.id:
-			// this replica: counted by its own writes
-		case e.Operation() == jetstream.KeyValuePut:
-			id := e.Key()[len(b.prefix):]
-			if _, ok := b.members[id]; ok || len(b.members) < maxMembers {
-				b.members[id] = time.Now()
-			}
-		default: // deleted, purged, or its TTL ran out
-			delete(b.members, e.Key()[len(b.prefix):])
-		}
-		b.mu.Unlock()
+	default: // deleted, purged, or its TTL ran out
+		delete(b.members, e.Key()[len(b.prefix):])
 	}
 }
 

@@ -1165,51 +1165,32 @@ func (o *orderedRoute) unrecord(h *heldMsg) {
 // watchBlocks applies the route's block records until ctx ends: a record
 // blocks its key (recorded by this replica or another), its deletion (the
 // replay settled, or an operator deleted it) lets the key go on. The watch
-// is made again after a failure.
+// is made again after a failure; the keys it blocked stay blocked
+// meanwhile, and the new watch sends every record again.
 func (o *orderedRoute) watchBlocks(ctx context.Context) {
 	names := map[string]string{} // record key -> ordering key
-	for ctx.Err() == nil {
-		w, err := o.blocks.Watch(ctx, "ord."+o.r.cfg.Name+".blocked.*")
-		if err != nil {
-			sleep(ctx, time.Second)
-			continue
-		}
-		o.applyBlocks(ctx, w, names)
-		_ = w.Stop()
-		sleep(ctx, time.Second) // the watch ended by itself: watch again, not at once
-	}
+	followKV(ctx, o.blocks, "ord."+o.r.cfg.Name+".blocked.*", func(e jetstream.KeyValueEntry) { o.applyBlock(e, names) }, func() {})
 }
 
-// applyBlocks applies the updates of w until ctx ends or w closes.
-func (o *orderedRoute) applyBlocks(ctx context.Context, w jetstream.KeyWatcher, names map[string]string) {
-	for {
-		var e jetstream.KeyValueEntry
-		select {
-		case <-ctx.Done():
+// applyBlock applies one update of the route's block records (nil:
+// nothing to do); names maps a record's key to the ordering key it blocks.
+func (o *orderedRoute) applyBlock(e jetstream.KeyValueEntry, names map[string]string) {
+	if e == nil {
+		return // the records stored so far are in
+	}
+	switch e.Operation() {
+	case jetstream.KeyValuePut:
+		var rec blockRecord
+		if len(e.Value()) > config.MaxBlockRecord || json.Unmarshal(e.Value(), &rec) != nil || o.blockKey(rec.Key) != e.Key() {
+			o.r.log.Warn().Str("record", e.Key()).Msg("block record ignored: not a record of this route")
 			return
-		case u, ok := <-w.Updates():
-			if !ok {
-				return
-			}
-			e = u
 		}
-		if e == nil {
-			continue // the records stored so far are in
-		}
-		switch e.Operation() {
-		case jetstream.KeyValuePut:
-			var rec blockRecord
-			if len(e.Value()) > config.MaxBlockRecord || json.Unmarshal(e.Value(), &rec) != nil || o.blockKey(rec.Key) != e.Key() {
-				o.r.log.Warn().Str("record", e.Key()).Msg("block record ignored: not a record of this route")
-				continue
-			}
-			names[e.Key()] = rec.Key
-			o.tab.setBlocked(rec.Key, rec.DLQ)
-		default: // deleted or purged
-			if k, ok := names[e.Key()]; ok {
-				delete(names, e.Key())
-				o.tab.unblock(k)
-			}
+		names[e.Key()] = rec.Key
+		o.tab.setBlocked(rec.Key, rec.DLQ)
+	default: // deleted or purged
+		if k, ok := names[e.Key()]; ok {
+			delete(names, e.Key())
+			o.tab.unblock(k)
 		}
 	}
 }
