@@ -573,9 +573,8 @@ func (o *orderedRoute) receive(ctx context.Context, p *partition, m jetstream.Ms
 		o.release(1)
 		return
 	}
-	md, _ := cm.Metadata()
 	h := &heldMsg{msg: m, cm: cm, key: o.key.Key(cm.Subject()), partition: p.n, copySeq: cm.copySeq,
-		base: md.NumDelivered, keep: time.Now()}
+		base: cm.md.NumDelivered, keep: time.Now()}
 	if v := cm.Headers().Get(deadletter.HeaderReplayedFrom); v != "" {
 		h.replayOf, _ = strconv.ParseUint(v, 10, 64)
 	}

@@ -105,12 +105,13 @@ func newCopyMsg(m jetstream.Msg, stream string) (*copyMsg, error) {
 	omd := *md
 	omd.Stream = src.Stream
 	omd.Sequence.Stream = src.Seq
-	hdr := nats.Header{}
-	for k, vs := range m.Headers() {
-		if k != headerStreamSource && k != headerPinID {
-			hdr[k] = vs
-		}
-	}
+	// The original's headers are the copy's without the two the copy and
+	// the pull added, removed in place: the map is this message's own
+	// (nats.go decodes one per message received), read through the
+	// copyMsg from here on.
+	hdr := m.Headers()
+	delete(hdr, headerStreamSource)
+	delete(hdr, headerPinID)
 	return &copyMsg{Msg: m, subject: src.Subject, md: &omd, hdr: hdr, partition: p, copySeq: md.Sequence.Stream}, nil
 }
 

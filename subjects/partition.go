@@ -233,18 +233,40 @@ func (p *Partitioner) destination(f form) string {
 
 // Key returns the key of a subject: the subject itself, or its key tokens
 // joined with "." (a token beyond the subject's end is empty).
+//
+// It runs for every message of an ordered route: one key token is a
+// substring of subject (no allocation), several are joined into one.
 func (p *Partitioner) Key(subject string) string {
 	if p.tokens == nil {
 		return subject
 	}
-	toks := strings.Split(subject, ".")
-	parts := make([]string, len(p.tokens))
-	for i, t := range p.tokens {
-		if t-1 < len(toks) {
-			parts[i] = toks[t-1]
-		}
+	if len(p.tokens) == 1 {
+		return token(subject, p.tokens[0])
 	}
-	return strings.Join(parts, ".")
+	var b strings.Builder
+	b.Grow(len(subject))
+	for i, t := range p.tokens {
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(token(subject, t))
+	}
+	return b.String()
+}
+
+// token is the t-th (1-based) token of subject, "" beyond its end.
+func token(subject string, t int) string {
+	for ; t > 1; t-- {
+		i := strings.IndexByte(subject, '.')
+		if i < 0 {
+			return ""
+		}
+		subject = subject[i+1:]
+	}
+	if i := strings.IndexByte(subject, '.'); i >= 0 {
+		return subject[:i]
+	}
+	return subject
 }
 
 // Partition returns the partition the copy stores subject in, as the

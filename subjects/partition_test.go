@@ -324,3 +324,48 @@ func TestPartitionedCopyOnTheServer(t *testing.T) {
 		t.Errorf("EVENTS subjects %v", got)
 	}
 }
+
+// FuzzKey checks Key against its definition (the subject's tokens at the
+// key's positions, "" beyond the end, joined with "."), for one and for
+// several key tokens, and that one key token costs no allocation.
+func FuzzKey(f *testing.F) {
+	for _, s := range []string{"events.info.k1", "events.info.k1.more", "events", "events.info", "", "a..b", "events.x.care.p7.fall"} {
+		f.Add(s)
+	}
+	one, err := subjects.NewPartitioner([]string{">"}, 4, []int{3})
+	if err != nil {
+		f.Fatal(err)
+	}
+	several, err := subjects.NewPartitioner([]string{">"}, 4, []int{4, 2, 6})
+	if err != nil {
+		f.Fatal(err)
+	}
+	want := func(subject string, tokens []int) string {
+		toks := strings.Split(subject, ".")
+		parts := make([]string, len(tokens))
+		for i, t := range tokens {
+			if t-1 < len(toks) {
+				parts[i] = toks[t-1]
+			}
+		}
+		return strings.Join(parts, ".")
+	}
+	f.Fuzz(func(t *testing.T, subject string) {
+		if got, w := one.Key(subject), want(subject, []int{3}); got != w {
+			t.Fatalf("Key(%q) with token 3 = %q, want %q", subject, got, w)
+		}
+		if got, w := several.Key(subject), want(subject, []int{4, 2, 6}); got != w {
+			t.Fatalf("Key(%q) with tokens 4, 2, 6 = %q, want %q", subject, got, w)
+		}
+	})
+}
+
+func TestKeyOfOneTokenAllocatesNothing(t *testing.T) {
+	p, err := subjects.NewPartitioner([]string{"events.>"}, 16, []int{3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = p.Key("events.info.k123.more") }); n != 0 {
+		t.Errorf("Key allocates %v times per call, want 0", n)
+	}
+}
