@@ -8,6 +8,7 @@ import (
 	"hash/fnv"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -113,6 +114,31 @@ func (s *orderSink) inversions() int {
 		}
 	}
 	return n
+}
+
+// inverted describes up to n keys whose events had their first 2xx out
+// of order: the indices in the order of their first 2xx, each with the
+// sink path that saw it and when (for a failure's diagnosis).
+func (s *orderSink) inverted(n int) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for key, is := range s.firsts {
+		if len(out) == n {
+			break
+		}
+		if slices.IsSorted(is) {
+			continue
+		}
+		var b strings.Builder
+		fmt.Fprintf(&b, "key %s:", key)
+		for _, i := range is {
+			id := fmt.Sprintf("%s-%d", key, i)
+			fmt.Fprintf(&b, " %d (%s %s)", i, s.by[id], s.got[id].Format("15:04:05.000"))
+		}
+		out = append(out, b.String())
+	}
+	return strings.Join(out, "; ")
 }
 
 // flaky answers 503 to about a tenth of the tries, decided by a hash of
@@ -548,7 +574,7 @@ func TestOrderedReloadKeepsOrder(t *testing.T) {
 			return fmt.Errorf("first 2xx by path %v: want all on /v1 and /v2, some on /v2", by)
 		}
 		if inv := s.inversions(); inv != 0 {
-			return fmt.Errorf("%d inversions", inv)
+			return fmt.Errorf("%d inversions; %s", inv, s.inverted(3))
 		}
 		return nil
 	}
