@@ -196,15 +196,21 @@ func (v *validator) ordering(c *Config, p string, r *Route) {
 	}
 }
 
-// OrderedPullExpiry is how long an ordered route's pulls stay open. At
-// most a second: a replica that dies sent its last pull at most that long
-// before, so its partitions move (pinned TTL ack_wait + 1s after that
-// pull) once the messages it held are due for redelivery.
+// OrderedPullExpiry is the longest an ordered route's pulls stay open: a
+// replica that dies sent its last pull at most that long before, so its
+// partitions move (pinned TTL ack_wait + 1s after that pull) once the
+// messages it held are due for redelivery. The bridge shortens them
+// further for a route whose tries may run long (bridge's orderedExpiry).
 const OrderedPullExpiry = time.Second
 
 // OrderedMaxTimeout is the longest destination timeout an ordered route
 // with ackWait allows: a try must end inside the partition's lease, which
-// a live owner renews with every pull (docs/delivery.md#ordered-delivery).
+// a live owner renews with every pull answered
+// (docs/delivery.md#ordered-delivery). The lease is the pinned TTL
+// (ackWait + 1s); the rule keeps a pull of OrderedPullExpiry and 0.5s of
+// margin out of it. At that longest timeout the bridge's pulls last about
+// half a second instead (orderedExpiry), so that the next pull's answer
+// renews the lease before the try's cut.
 func OrderedMaxTimeout(ackWait time.Duration) time.Duration {
 	return ackWait + time.Second - OrderedPullExpiry - 500*time.Millisecond
 }
