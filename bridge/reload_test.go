@@ -86,7 +86,12 @@ func drainConsumer(t testing.TB, js jetstream.JetStream, stream, name string, wa
 // exactly once across both receivers; the removed route's deliveries are
 // exactly those its receiver got (the rest is handed back or was never
 // pulled, and its kept consumer still has every one of them); the new
-// route delivers from its first message.
+// route delivers from its first message. The routes that are replaced
+// (stay, whose URL moves) or retired (gone) have an ack_wait of 3 s: a
+// message the server sends as their open pull is cancelled is dropped by
+// nats.go and comes back after ack_wait
+// (docs/configuration.md#what-a-reload-applies), which must fall within
+// the waits below.
 func TestReloadDuringDelivery(t *testing.T) {
 	const stay, gone, added = 1000, 500, 500
 	check := func(t testing.TB, rl reloader) error {
@@ -107,10 +112,12 @@ routes:
     subjects: ["events.*.stay.>"]
     destination: main
     max_in_flight: 4
+    ack_wait: 3s
   - name: gone
     subjects: ["events.*.gone.>"]
     destination: old
     max_in_flight: 4
+    ack_wait: 3s
 `
 		const after = `
 destinations:
@@ -121,6 +128,7 @@ routes:
     subjects: ["events.*.stay.>"]
     destination: main
     max_in_flight: 16
+    ack_wait: 3s
   - name: added
     subjects: ["events.*.added.>"]
     destination: fresh
