@@ -868,6 +868,7 @@ func purge(ctx context.Context, s *dlqSession, all bool, seqs []uint64, route st
 		return err
 	}
 	failed, deleted, reopened, interrupted := sel.failed, 0, 0, false
+	blocks := newBlockIndex(s)
 	var deletedSeqs []uint64
 	failedSeqs := sel.missing
 	defer func() {
@@ -894,7 +895,7 @@ func purge(ctx context.Context, s *dlqSession, all bool, seqs []uint64, route st
 		deleted++
 		deletedSeqs = append(deletedSeqs, d.Seq)
 		fmt.Fprintf(stdout, "deleted %d\n", d.Seq)
-		if id, err := reopenBlocked(ctx, s, d.Route, d.Seq); err != nil {
+		if id, err := blocks.reopen(ctx, d.Route, d.Seq); err != nil {
 			fmt.Fprintf(stderr, "bridge: dead letter %d deleted, but its blocked key of route %s not re-opened: %s\n", d.Seq, d.Route, errText(err))
 			failed++
 			failedSeqs = append(failedSeqs, d.Seq)
