@@ -665,16 +665,6 @@ func (o *orderedRoute) checkFence(ctx context.Context, p *partition) {
 	}
 	scanned, ok := o.allHere(ctx, p, here, info.Delivered.Stream)
 	if !ok {
-		// The count says nothing is missing, the copy that something is:
-		// a message the consumer no longer counts as delivered (its state
-		// after a server restart can lag what it had delivered), which
-		// only a pull brings. It needs a place like a missing one, or a
-		// fence holding every token would wait for it for ever.
-		p.mu.Lock()
-		if p.epoch == epoch {
-			p.missing = max(p.missing, 1)
-		}
-		p.mu.Unlock()
 		return
 	}
 	p.mu.Lock()
